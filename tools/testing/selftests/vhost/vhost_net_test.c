@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vhost-net driven the way a VMM drives it: a tap device as backend, the
+ * test's memory as guest RAM, and an AF_PACKET socket on the tap as the
+ * "wire".  Frames go both ways and are checked byte for byte.  Also the
+ * ring-setup error paths every vhost device shares.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <linux/if_tun.h>
+#include <linux/virtio_net.h>
+
+#include "../kselftest_harness.h"
+#include "vhost_vmm.h"
+#include "vhost_net_lib.h"
+
+#define NFRAMES		64
+#define FRAME_LEN	(ETH_HLEN + 200)
+
+FIXTURE(net) {
+	struct vmm_net n;
+};
+
+FIXTURE_SETUP(net)
+{
+	int r = vmm_net_open(&self->n, 256, "vmqtap%d");
+
+	if (r == -ENOENT)
+		SKIP(return, "/dev/vhost-net or /dev/net/tun missing (CONFIG_VHOST_NET, CONFIG_TUN)");
+	ASSERT_EQ(0, r) TH_LOG("vmm_net_open: %s", strerror(-r));
+}
+
+FIXTURE_TEARDOWN(net)
+{
+	vmm_net_close(&self->n);
+}
+
+static void check_tx(struct __test_metadata *_metadata, struct vmm_net *n,
+		     bool indirect)
+{
+	unsigned char rx[2048];
+	int i, got = 0;
+
+	for (i = 0; i < NFRAMES; i++)
+		ASSERT_LE(0, vmm_net_tx(n, i, FRAME_LEN, indirect));
+	vmm_vq_kick(&n->vq[VMM_NET_TX]);
+
+	while (got < NFRAMES) {
+		ssize_t len = vmm_net_wire_recv(n, rx, sizeof(rx), 5000);
+
+		ASSERT_LT(0, len) TH_LOG("frame %d never reached the wire", got);
+		if (!vmm_net_is_ours(rx, len))
+			continue;
+		ASSERT_EQ(FRAME_LEN, len);
+		ASSERT_EQ(0, vmm_net_check_frame(rx, len, got))
+			TH_LOG("frame %d corrupted or out of order", got);
+		got++;
+	}
+	/* Every TX buffer comes back to the driver. */
+	for (i = 0; i < NFRAMES; i++)
+		ASSERT_LE(0, vmm_vq_get_used(&n->vq[VMM_NET_TX], NULL, NULL, 5000));
+	ASSERT_EQ(0, vmm_vq_in_flight(&n->vq[VMM_NET_TX]));
+}
+
+TEST_F(net, tx_frames_reach_the_wire)
+{
+	check_tx(_metadata, &self->n, false);
+}
+
+TEST_F(net, tx_indirect_chains)
+{
+	check_tx(_metadata, &self->n, true);
+}
+
+TEST_F(net, rx_frames_reach_the_guest)
+{
+	unsigned char frame[2048];
+	int i, got = 0;
+
+	ASSERT_EQ(0, vmm_net_post_rx(&self->n, 128));
+	for (i = 0; i < NFRAMES; i++) {
+		vmm_net_make_frame(frame, FRAME_LEN, i);
+		ASSERT_EQ(FRAME_LEN, vmm_net_wire_send(&self->n, frame, FRAME_LEN));
+	}
+	while (got < NFRAMES) {
+		unsigned char *buf;
+		uint32_t len;
+
+		ASSERT_LE(0, vmm_vq_get_used(&self->n.vq[VMM_NET_RX], &len,
+					     (void **)&buf, 5000))
+			TH_LOG("frame %d never reached the guest", got);
+		ASSERT_LE(sizeof(struct virtio_net_hdr), len);
+		buf += sizeof(struct virtio_net_hdr);
+		len -= sizeof(struct virtio_net_hdr);
+		if (!vmm_net_is_ours(buf, len))
+			continue;
+		ASSERT_EQ(FRAME_LEN, len);
+		ASSERT_EQ(0, vmm_net_check_frame(buf, len, got));
+		got++;
+	}
+}
+
+/* Ring setup error paths: what a buggy or hostile VMM gets back. */
+FIXTURE(ring) {
+	int fd;
+	struct vmm vmm;
+};
+
+FIXTURE_SETUP(ring)
+{
+	self->fd = open("/dev/vhost-net", O_RDWR);
+	if (self->fd < 0 && errno == ENOENT)
+		SKIP(return, "/dev/vhost-net missing (CONFIG_VHOST_NET)");
+	ASSERT_LE(0, self->fd);
+	ASSERT_EQ(0, vmm_init(&self->vmm, 1 << 20));
+}
+
+FIXTURE_TEARDOWN(ring)
+{
+	if (self->fd >= 0)
+		close(self->fd);
+	vmm_free(&self->vmm);
+}
+
+TEST_F(ring, calls_before_set_owner_fail)
+{
+	struct vhost_vring_state s = { .index = 0, .num = 256 };
+
+	EXPECT_EQ(-EPERM, vmm_set_mem_table(&self->vmm, self->fd));
+	EXPECT_EQ(-1, ioctl(self->fd, VHOST_SET_VRING_NUM, &s));
+	EXPECT_EQ(EPERM, errno);
+}
+
+TEST_F(ring, second_set_owner_is_busy)
+{
+	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
+	EXPECT_EQ(-1, ioctl(self->fd, VHOST_SET_OWNER, NULL));
+	EXPECT_EQ(EBUSY, errno);
+	/* RESET_OWNER gives it up, after which SET_OWNER works again. */
+	ASSERT_EQ(0, ioctl(self->fd, VHOST_RESET_OWNER, NULL));
+	EXPECT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
+}
+
+TEST_F(ring, bad_ring_index)
+{
+	struct vhost_vring_state s = { .index = 2, .num = 256 };
+	struct vhost_vring_file f = { .index = 1000, .fd = -1 };
+
+	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
+	EXPECT_EQ(-1, ioctl(self->fd, VHOST_SET_VRING_NUM, &s));
+	EXPECT_EQ(ENOBUFS, errno);
+	EXPECT_EQ(-1, ioctl(self->fd, VHOST_SET_VRING_KICK, &f));
+	EXPECT_EQ(ENOBUFS, errno);
+}
+
+TEST_F(ring, bad_ring_size)
+{
+	unsigned int bad[] = { 0, 3, 100, 0x10000, 0x20000 };
+	unsigned int i;
+
+	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct vhost_vring_state s = { .index = 0, .num = bad[i] };
+
+		EXPECT_EQ(-1, ioctl(self->fd, VHOST_SET_VRING_NUM, &s))
+			TH_LOG("ring size %u accepted", bad[i]);
+		EXPECT_EQ(EINVAL, errno);
+	}
+}
+
+TEST_F(ring, bad_ring_addresses)
+{
+	struct vmm_vq vq;
+	struct vhost_vring_addr a;
+
+	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
+	ASSERT_EQ(0, vmm_vq_init(&self->vmm, &vq, 0, 64));
+	a = (struct vhost_vring_addr){
+		.index = 0,
+		.desc_user_addr = (uintptr_t)vq.vr.desc,
+		.avail_user_addr = (uintptr_t)vq.vr.avail + 1,
+		.used_user_addr = (uintptr_t)vq.vr.used,
+	};
+	EXPECT_EQ(-1, ioctl(self->fd, VHOST_SET_VRING_ADDR, &a));
+	EXPECT_EQ(EINVAL, errno);
+	a.avail_user_addr--;
+	a.used_user_addr += 2;
+	EXPECT_EQ(-1, ioctl(self->fd, VHOST_SET_VRING_ADDR, &a));
+	EXPECT_EQ(EINVAL, errno);
+	a.used_user_addr -= 2;
+	a.flags = 0x80;		/* unknown flag */
+	EXPECT_EQ(-1, ioctl(self->fd, VHOST_SET_VRING_ADDR, &a));
+	EXPECT_EQ(EOPNOTSUPP, errno);
+	a.flags = 0;
+	EXPECT_EQ(0, ioctl(self->fd, VHOST_SET_VRING_ADDR, &a));
+	vmm_vq_free(&vq);
+}
+
+TEST_F(ring, bad_memory_tables)
+{
+	struct {
+		struct vhost_memory m;
+		struct vhost_memory_region r[1];
+	} t = { .m.nregions = 100000 };
+
+	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
+	EXPECT_EQ(-1, ioctl(self->fd, VHOST_SET_MEM_TABLE, &t.m));
+	EXPECT_EQ(E2BIG, errno);
+	t.m.nregions = 1;
+	t.m.padding = 1;
+	EXPECT_EQ(-1, ioctl(self->fd, VHOST_SET_MEM_TABLE, &t.m));
+	EXPECT_EQ(EOPNOTSUPP, errno);
+	EXPECT_EQ(0, vmm_set_mem_table(&self->vmm, self->fd));
+}
+
+TEST_F(ring, non_owner_is_refused)
+{
+	struct vhost_vring_state s = { .index = 0, .num = 64 };
+	int status;
+	pid_t pid;
+
+	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		/* A child has another mm: it is not the owner. */
+		if (ioctl(self->fd, VHOST_SET_VRING_NUM, &s) == 0)
+			_exit(1);
+		_exit(errno == EPERM ? 0 : 2);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_TRUE(WIFEXITED(status));
+	EXPECT_EQ(0, WEXITSTATUS(status)) TH_LOG("child got %s",
+		WEXITSTATUS(status) == 1 ? "success" : "the wrong errno");
+	EXPECT_EQ(0, ioctl(self->fd, VHOST_SET_VRING_NUM, &s));
+}
+
+TEST_F(ring, busy_ring_refuses_resize)
+{
+	struct vmm_net n;
+	struct vhost_vring_state s = { .index = VMM_NET_TX, .num = 64 };
+	int r;
+
+	r = vmm_net_open(&n, 64, "vmqtap%d");
+	ASSERT_EQ(0, r);
+	EXPECT_EQ(-1, ioctl(n.fd, VHOST_SET_VRING_NUM, &s));
+	EXPECT_EQ(EBUSY, errno);
+	EXPECT_EQ(-1, ioctl(n.fd, VHOST_SET_VRING_BASE, &s));
+	EXPECT_EQ(EBUSY, errno);
+	vmm_net_close(&n);
+}
+
+TEST_HARNESS_MAIN

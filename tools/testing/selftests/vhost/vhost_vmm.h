@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * A tiny userspace "VMM + guest driver" for vhost selftests.
+ *
+ * The test's own memory plays guest RAM: one anonymous mapping is handed to
+ * vhost as a single memory region at a guest-physical base that differs from
+ * the host virtual address, so every descriptor address really is
+ * translated.  Split virtqueues are laid out with <linux/virtio_ring.h>, kicks
+ * and calls are eventfds, and the "driver" half posts direct or indirect
+ * descriptor chains and harvests the used ring with a timeout.
+ */
+#ifndef VHOST_VMM_H
+#define VHOST_VMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <linux/vhost.h>
+#include <linux/virtio_ring.h>
+
+#define VMM_GPA_BASE	0x40000000ULL
+#define VMM_MAX_INDIRECT	64
+
+struct vmm {
+	void *mem;		/* host view of guest RAM */
+	size_t size;
+	size_t brk;		/* bump allocator offset */
+	uint64_t gpa_base;
+};
+
+/* One element of a descriptor chain, as the driver sees it. */
+struct vmm_seg {
+	void *addr;		/* host pointer inside vmm memory */
+	uint32_t len;
+	bool write;		/* device writes (VRING_DESC_F_WRITE) */
+};
+
+struct vmm_vq {
+	struct vmm *vmm;
+	unsigned int index;
+	unsigned int num;
+	struct vring vr;
+	int kick;		/* eventfd: driver -> device */
+	int call;		/* eventfd: device -> driver */
+	uint16_t avail_idx;	/* next avail slot (driver shadow) */
+	uint16_t last_used;	/* next used entry to harvest */
+	uint16_t free_head;
+	unsigned int num_free;
+	uint16_t *chain_len;	/* descriptors held by each head */
+	void **indirect;	/* indirect table held by each head, or NULL */
+	void **token;		/* caller cookie for each head */
+	void **indirect_pool;	/* indirect table owned by each head */
+};
+
+int vmm_init(struct vmm *vmm, size_t size);
+void vmm_free(struct vmm *vmm);
+void *vmm_alloc(struct vmm *vmm, size_t size, size_t align);
+uint64_t vmm_gpa(const struct vmm *vmm, const void *p);
+/* VHOST_SET_MEM_TABLE with the single region covering vmm memory. */
+int vmm_set_mem_table(struct vmm *vmm, int vhost_fd);
+
+int vmm_vq_init(struct vmm *vmm, struct vmm_vq *vq, unsigned int index,
+		unsigned int num);
+void vmm_vq_free(struct vmm_vq *vq);
+/* SET_VRING_NUM, _BASE, _ADDR, _KICK and _CALL for this ring. */
+int vmm_vq_setup(struct vmm_vq *vq, int vhost_fd);
+
+/*
+ * Post a chain of @n segments (readable ones first, as virtio requires of a
+ * well-formed driver; tests that want a malformed order just pass one).
+ * With @indirect the chain lives in an indirect table.  Returns the head
+ * descriptor id, or -1 when the ring is full.
+ */
+int vmm_vq_add(struct vmm_vq *vq, const struct vmm_seg *segs, unsigned int n,
+	       bool indirect, void *token);
+void vmm_vq_kick(struct vmm_vq *vq);
+/*
+ * Harvest one used element, waiting up to @timeout_ms for the call eventfd.
+ * Returns the head id and stores the written length and the token, or -1 on
+ * timeout.
+ */
+int vmm_vq_get_used(struct vmm_vq *vq, uint32_t *len, void **token,
+		    int timeout_ms);
+/* Number of chains posted and not yet harvested. */
+unsigned int vmm_vq_in_flight(const struct vmm_vq *vq);
+
+/* Read /proc/<pid>/task/<tid>/{comm,stat} of kernel threads. */
+int vmm_find_threads(const char *prefix, int *tids, int max);
+unsigned long long vmm_thread_cputime(int tid);
+int vmm_thread_comm(int tid, char *buf, size_t len);
+
+#endif
