@@ -80,8 +80,13 @@ int vmm_net_open_rings(struct vmm_net *n, unsigned int qsize, const char *fmt)
 	int r;
 
 	memset(n, 0, sizeof(*n));
-	n->fd = n->tap = n->wire = -1;
-	n->vq[0].kick = n->vq[0].call = n->vq[1].kick = n->vq[1].call = -1;
+	n->fd = -1;
+	n->tap = -1;
+	n->wire = -1;
+	for (i = 0; i < 2; i++) {
+		n->vq[i].kick = -1;
+		n->vq[i].call = -1;
+	}
 	n->fd = open("/dev/vhost-net", O_RDWR | O_CLOEXEC);
 	if (n->fd < 0)
 		return -errno;
@@ -153,7 +158,9 @@ void vmm_net_close(struct vmm_net *n)
 	vmm_free(&n->vmm);
 	free(n->tx_free);
 	n->tx_free = NULL;
-	n->fd = n->wire = n->tap = -1;
+	n->fd = -1;
+	n->wire = -1;
+	n->tap = -1;
 }
 
 void vmm_net_make_frame(unsigned char *f, unsigned int len, unsigned int seq)

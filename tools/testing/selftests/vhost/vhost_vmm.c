@@ -120,7 +120,8 @@ void vmm_vq_free(struct vmm_vq *vq)
 	vq->chain_len = NULL;
 	vq->indirect = NULL;
 	vq->token = NULL;
-	vq->kick = vq->call = -1;
+	vq->kick = -1;
+	vq->call = -1;
 }
 
 int vmm_vq_setup(struct vmm_vq *vq, int fd)

@@ -1,0 +1,43 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# vhost-mq entry points.  The two a fresh machine needs:
+#   make bench   build the release kernel, boot it, run the benchmark
+#   make check   build the debug kernel, boot it, run the vhost kselftests
+# Everything else is for developers; see README.md.
+
+.PHONY: bench check deps lay kernel-debug kernel-release selftests vm-shell \
+	checkpatch sparse help
+
+bench:
+	vmq/bench $(BENCH_ARGS)
+
+check:
+	vmq/check $(TESTS)
+
+deps:
+	vmq/deps
+
+lay:
+	vmq/lay
+
+kernel-debug:
+	vmq/kbuild debug
+
+kernel-release:
+	vmq/kbuild release
+
+selftests:
+	vmq/selftests-build debug
+
+# make refresh-patch P=0001-foo.patch [FILES="drivers/vhost/x.c"]
+refresh-patch:
+	vmq/refresh-patch $(P) $(FILES)
+
+checkpatch:
+	vmq/checkpatch
+
+sparse:
+	vmq/sparse
+
+help:
+	@sed -n 's/^#   //p' Makefile
