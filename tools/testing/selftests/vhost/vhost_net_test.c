@@ -22,6 +22,7 @@
 #include <linux/virtio_net.h>
 
 #include "../kselftest_harness.h"
+#include "vhost_test.h"
 #include "vhost_vmm.h"
 #include "vhost_net_lib.h"
 
@@ -29,6 +30,7 @@
 #define FRAME_LEN	(ETH_HLEN + 200)
 
 FIXTURE(net) {
+	bool skipped;
 	struct vmm_net n;
 };
 
@@ -37,7 +39,7 @@ FIXTURE_SETUP(net)
 	int r = vmm_net_open(&self->n, 256, "vmqtap%d");
 
 	if (r == -ENOENT)
-		SKIP(return, "/dev/vhost-net or /dev/net/tun missing");
+		VHOST_SKIP("/dev/vhost-net or /dev/net/tun missing");
 	ASSERT_EQ(0, r) TH_LOG("vmm_net_open: %s", strerror(-r));
 }
 
@@ -73,17 +75,17 @@ static void check_tx(struct __test_metadata *_metadata, struct vmm_net *n,
 	ASSERT_EQ(0, vmm_vq_in_flight(&n->vq[VMM_NET_TX]));
 }
 
-TEST_F(net, tx_frames_reach_the_wire)
+VHOST_TEST_F(net, tx_frames_reach_the_wire, 30)
 {
 	check_tx(_metadata, &self->n, false);
 }
 
-TEST_F(net, tx_indirect_chains)
+VHOST_TEST_F(net, tx_indirect_chains, 30)
 {
 	check_tx(_metadata, &self->n, true);
 }
 
-TEST_F(net, rx_frames_reach_the_guest)
+VHOST_TEST_F(net, rx_frames_reach_the_guest, 30)
 {
 	unsigned char frame[2048];
 	int i, got = 0;
@@ -113,6 +115,7 @@ TEST_F(net, rx_frames_reach_the_guest)
 
 /* Ring setup error paths: what a buggy or hostile VMM gets back. */
 FIXTURE(ring) {
+	bool skipped;
 	int fd;
 	struct vmm vmm;
 };
@@ -121,7 +124,7 @@ FIXTURE_SETUP(ring)
 {
 	self->fd = open("/dev/vhost-net", O_RDWR);
 	if (self->fd < 0 && errno == ENOENT)
-		SKIP(return, "/dev/vhost-net missing (CONFIG_VHOST_NET)");
+		VHOST_SKIP("/dev/vhost-net missing (CONFIG_VHOST_NET)");
 	ASSERT_LE(0, self->fd);
 	ASSERT_EQ(0, vmm_init(&self->vmm, 1 << 20));
 }
@@ -133,7 +136,7 @@ FIXTURE_TEARDOWN(ring)
 	vmm_free(&self->vmm);
 }
 
-TEST_F(ring, calls_before_set_owner_fail)
+VHOST_TEST_F(ring, calls_before_set_owner_fail, 30)
 {
 	struct vhost_vring_state s = { .index = 0, .num = 256 };
 
@@ -142,7 +145,7 @@ TEST_F(ring, calls_before_set_owner_fail)
 	EXPECT_EQ(EPERM, errno);
 }
 
-TEST_F(ring, second_set_owner_is_busy)
+VHOST_TEST_F(ring, second_set_owner_is_busy, 30)
 {
 	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
 	EXPECT_EQ(-1, ioctl(self->fd, VHOST_SET_OWNER, NULL));
@@ -152,7 +155,7 @@ TEST_F(ring, second_set_owner_is_busy)
 	EXPECT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
 }
 
-TEST_F(ring, bad_ring_index)
+VHOST_TEST_F(ring, bad_ring_index, 30)
 {
 	struct vhost_vring_state s = { .index = 2, .num = 256 };
 	struct vhost_vring_file f = { .index = 1000, .fd = -1 };
@@ -164,7 +167,7 @@ TEST_F(ring, bad_ring_index)
 	EXPECT_EQ(ENOBUFS, errno);
 }
 
-TEST_F(ring, bad_ring_size)
+VHOST_TEST_F(ring, bad_ring_size, 30)
 {
 	unsigned int bad[] = { 0, 3, 100, 0x10000, 0x20000 };
 	unsigned int i;
@@ -179,7 +182,7 @@ TEST_F(ring, bad_ring_size)
 	}
 }
 
-TEST_F(ring, bad_ring_addresses)
+VHOST_TEST_F(ring, bad_ring_addresses, 30)
 {
 	struct vmm_vq vq;
 	struct vhost_vring_addr a;
@@ -207,7 +210,7 @@ TEST_F(ring, bad_ring_addresses)
 	vmm_vq_free(&vq);
 }
 
-TEST_F(ring, bad_memory_tables)
+VHOST_TEST_F(ring, bad_memory_tables, 30)
 {
 	struct {
 		struct vhost_memory m;
@@ -224,7 +227,7 @@ TEST_F(ring, bad_memory_tables)
 	EXPECT_EQ(0, vmm_set_mem_table(&self->vmm, self->fd));
 }
 
-TEST_F(ring, non_owner_is_refused)
+VHOST_TEST_F(ring, non_owner_is_refused, 30)
 {
 	struct vhost_vring_state s = { .index = 0, .num = 64 };
 	int status;
@@ -247,7 +250,7 @@ TEST_F(ring, non_owner_is_refused)
 	EXPECT_EQ(0, ioctl(self->fd, VHOST_SET_VRING_NUM, &s));
 }
 
-TEST_F(ring, busy_ring_refuses_resize)
+VHOST_TEST_F(ring, busy_ring_refuses_resize, 30)
 {
 	struct vmm_net n;
 	struct vhost_vring_state s = { .index = VMM_NET_TX, .num = 64 };

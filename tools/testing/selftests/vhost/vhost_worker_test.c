@@ -20,6 +20,7 @@
 #include <linux/virtio_net.h>
 
 #include "../kselftest_harness.h"
+#include "vhost_test.h"
 #include "vhost_vmm.h"
 #include "vhost_net_lib.h"
 
@@ -153,6 +154,7 @@ static int write_param(const char *path, int v)
 
 /* A bare vhost-net device, owned, nothing else. */
 FIXTURE(dev) {
+	bool skipped;
 	int fd;
 };
 
@@ -160,7 +162,7 @@ FIXTURE_SETUP(dev)
 {
 	self->fd = open("/dev/vhost-net", O_RDWR);
 	if (self->fd < 0 && errno == ENOENT)
-		SKIP(return, "/dev/vhost-net missing (CONFIG_VHOST_NET)");
+		VHOST_SKIP("/dev/vhost-net missing (CONFIG_VHOST_NET)");
 	ASSERT_LE(0, self->fd);
 }
 
@@ -170,7 +172,7 @@ FIXTURE_TEARDOWN(dev)
 		close(self->fd);
 }
 
-TEST_F(dev, default_is_one_worker_named_like_6_1)
+VHOST_TEST_F(dev, default_is_one_worker_named_like_6_1, 30)
 {
 	char names[8][32], want[32];
 	unsigned int id = ~0U;
@@ -186,7 +188,7 @@ TEST_F(dev, default_is_one_worker_named_like_6_1)
 	EXPECT_EQ(0, id);
 }
 
-TEST_F(dev, new_attach_get_free)
+VHOST_TEST_F(dev, new_attach_get_free, 30)
 {
 	unsigned int a = 0, b = 0, id = ~0U;
 
@@ -219,7 +221,7 @@ TEST_F(dev, new_attach_get_free)
 	EXPECT_EQ(0, id);
 }
 
-TEST_F(dev, set_vring_worker_creates_or_binds)
+VHOST_TEST_F(dev, set_vring_worker_creates_or_binds, 30)
 {
 	unsigned int id = VHOST_VRING_NEW_WORKER, again, got = ~0U;
 
@@ -240,7 +242,7 @@ TEST_F(dev, set_vring_worker_creates_or_binds)
 	EXPECT_EQ(-EBUSY, free_worker(self->fd, id));
 }
 
-TEST_F(dev, errors_before_set_owner)
+VHOST_TEST_F(dev, errors_before_set_owner, 30)
 {
 	unsigned int id = 0;
 
@@ -253,7 +255,7 @@ TEST_F(dev, errors_before_set_owner)
 	EXPECT_EQ(0, owner_workers(getpid(), NULL, NULL, 8));
 }
 
-TEST_F(dev, errors_bad_index_and_unknown_worker)
+VHOST_TEST_F(dev, errors_bad_index_and_unknown_worker, 30)
 {
 	unsigned int id = 5;
 
@@ -271,7 +273,7 @@ TEST_F(dev, errors_bad_index_and_unknown_worker)
 	EXPECT_EQ(-ENODEV, set_worker(self->fd, 0, &id));
 }
 
-TEST_F(dev, errors_non_owner)
+VHOST_TEST_F(dev, errors_non_owner, 30)
 {
 	int status;
 	pid_t pid;
@@ -296,7 +298,7 @@ TEST_F(dev, errors_non_owner)
 	EXPECT_EQ(1, owner_workers(getpid(), NULL, NULL, 8));
 }
 
-TEST_F(dev, cap_on_workers_per_device)
+VHOST_TEST_F(dev, cap_on_workers_per_device, 30)
 {
 	unsigned int id, i;
 	int old = read_param(MAX_WORKERS_PARAM);
@@ -318,7 +320,7 @@ TEST_F(dev, cap_on_workers_per_device)
 	ASSERT_EQ(0, write_param(MAX_WORKERS_PARAM, old));
 }
 
-TEST_F(dev, drivers_without_support_answer_enotty)
+VHOST_TEST_F(dev, drivers_without_support_answer_enotty, 30)
 {
 	struct vhost_vring_worker w = { .index = 0, .worker_id = 0 };
 	int fd = open("/dev/vhost-vsock", O_RDWR);
@@ -340,7 +342,7 @@ TEST_F(dev, drivers_without_support_answer_enotty)
 	close(fd);
 }
 
-TEST_F(dev, workers_gone_after_close_and_reset)
+VHOST_TEST_F(dev, workers_gone_after_close_and_reset, 30)
 {
 	unsigned int id;
 	int i;
@@ -361,7 +363,7 @@ TEST_F(dev, workers_gone_after_close_and_reset)
 	EXPECT_EQ(0, owner_workers(getpid(), NULL, NULL, 8));
 }
 
-TEST_F(dev, workers_join_owner_cgroup)
+VHOST_TEST_F(dev, workers_join_owner_cgroup, 30)
 {
 	const char *cg = "/sys/fs/cgroup/vmq-worker-test";
 	char path[64], line[256], want[64];
@@ -405,6 +407,7 @@ TEST_F(dev, workers_join_owner_cgroup)
 
 /* vhost-net with traffic. */
 FIXTURE(traffic) {
+	bool skipped;
 	struct vmm_net n;
 	unsigned int rx_seq, tx_seq;	/* next sequence numbers to expect */
 };
@@ -414,7 +417,7 @@ FIXTURE_SETUP(traffic)
 	int r = vmm_net_open(&self->n, 256, "vmqwt%d");
 
 	if (r == -ENOENT)
-		SKIP(return, "/dev/vhost-net or /dev/net/tun missing");
+		VHOST_SKIP("/dev/vhost-net or /dev/net/tun missing");
 	ASSERT_EQ(0, r);
 	ASSERT_EQ(0, vmm_net_post_rx(&self->n, 256));
 }
@@ -500,7 +503,7 @@ static void pump(struct __test_metadata *_metadata, struct _test_data_traffic *s
 	self->rx_seq += count;
 }
 
-TEST_F_TIMEOUT(traffic, rx_and_tx_on_separate_workers, 600)
+VHOST_TEST_F(traffic, rx_and_tx_on_separate_workers, 600)
 {
 	unsigned int rx_id = VHOST_VRING_NEW_WORKER, tx_id = VHOST_VRING_NEW_WORKER;
 	long rx_cs, tx_cs, rx_cs2, tx_cs2;
@@ -531,14 +534,14 @@ TEST_F_TIMEOUT(traffic, rx_and_tx_on_separate_workers, 600)
 	EXPECT_LE(tx_cs + 2000 / 64, tx_cs2);
 }
 
-TEST_F_TIMEOUT(traffic, rebind_while_traffic_flows, 600)
+VHOST_TEST_F(traffic, rebind_while_traffic_flows, 600)
 {
 	pump(_metadata, self, 4000, 32, self->n.fd);
 	/* And the device still works on whatever it ended on. */
 	pump(_metadata, self, 64, 64, -1);
 }
 
-TEST_F_TIMEOUT(traffic, kill_owner_with_io_in_flight, 300)
+VHOST_TEST_F(traffic, kill_owner_with_io_in_flight, 300)
 {
 	int p[2], status, tries;
 	char c;

@@ -1,0 +1,822 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * vhost-blk: an in-kernel virtio-blk backend.
+ *
+ * Design
+ * ------
+ * A VMM opens /dev/vhost-blk, sets it up like any vhost device and gives it
+ * a block device or a regular file with VHOST_BLK_SET_BACKEND.  Each of the
+ * VHOST_BLK_MAX_QUEUES rings is a virtio-blk request queue.
+ *
+ * Threads.  A ring's kick runs vhost_blk_handle_kick() on the ring's worker.
+ * The handler takes every available request, checks it and submits it: reads
+ * and writes as kiocbs against the backing file (asynchronous direct I/O
+ * when the file was opened O_DIRECT, page-cache I/O otherwise), the other
+ * types synchronously.  The worker never waits for a read or a write: their
+ * completions, which may run in interrupt context, only put the request on
+ * the ring's completion list and queue the ring's complete_work, which then
+ * writes the status byte, fills the used ring, logs dirty pages and signals
+ * the guest, again on the ring's worker.  Each ring gets a worker of its own
+ * when it starts, unless the worker_pool module parameter or the VMM (with
+ * the vhost worker ioctls) say otherwise.
+ *
+ * Backend changes.  VHOST_BLK_SET_BACKEND detaches the rings from the old
+ * file (no new request is taken), waits until every request in flight has
+ * completed and been returned to the guest, then attaches the new file.
+ * Each request holds a reference on the file it was submitted to.
+ *
+ * Errors.  A request vhost-blk can parse but not serve (bad type, bad
+ * length, out of range, I/O error, short I/O, read-only backend) completes
+ * with VIRTIO_BLK_S_IOERR or _UNSUPP; partial success is never reported as
+ * success.  A chain vhost cannot even walk (bad descriptor, address outside
+ * the memory table) stops the ring, as for every vhost device: vq_err()
+ * signals the error eventfd.
+ */
+#include <linux/compat.h>
+#include <linux/falloc.h>
+#include <linux/file.h>
+#include <linux/fs.h>
+#include <linux/llist.h>
+#include <linux/miscdevice.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/slab.h>
+#include <linux/uio.h>
+#include <linux/vhost.h>
+#include <linux/vhost_blk.h>
+#include <linux/virtio_blk.h>
+#include <linux/wait.h>
+
+#include "vhost.h"
+
+static unsigned int worker_pool;
+module_param(worker_pool, uint, 0644);
+MODULE_PARM_DESC(worker_pool,
+		 "Workers for rings the VMM did not bind: 0 = one worker per ring, 1 = all rings on the device's default worker, N > 1 = a pool of N workers shared round-robin (default: 0)");
+
+#define VHOST_BLK_SECTOR_SHIFT	9
+#define VHOST_BLK_SECTOR_SIZE	(1 << VHOST_BLK_SECTOR_SHIFT)
+/* Requests a ring serves per kick before it yields its worker. */
+#define VHOST_BLK_WEIGHT	256
+
+enum {
+	VHOST_BLK_FEATURES = VHOST_FEATURES |
+			     (1ULL << VIRTIO_F_ACCESS_PLATFORM) |
+			     (1ULL << VIRTIO_BLK_F_SEG_MAX) |
+			     (1ULL << VIRTIO_BLK_F_BLK_SIZE) |
+			     (1ULL << VIRTIO_BLK_F_FLUSH) |
+			     (1ULL << VIRTIO_BLK_F_MQ) |
+			     (1ULL << VIRTIO_BLK_F_DISCARD) |
+			     (1ULL << VIRTIO_BLK_F_WRITE_ZEROES),
+};
+
+enum {
+	VHOST_BLK_BACKEND_FEATURES = (1ULL << VHOST_BACKEND_F_IOTLB_MSG_V2),
+};
+
+struct vhost_blk_vq {
+	struct vhost_virtqueue vq;
+	/* Requests done and waiting to be returned; any context may add. */
+	struct llist_head completed;
+	/* Returns completed requests to the guest, on the ring's worker. */
+	struct vhost_work complete_work;
+	/* The VMM bound this ring to a worker itself.  Under dev.mutex. */
+	bool user_bound;
+	/* The worker_pool policy was applied.  Under dev.mutex. */
+	bool policy_applied;
+};
+
+struct vhost_blk {
+	struct vhost_dev dev;
+	struct vhost_blk_vq vqs[VHOST_BLK_MAX_QUEUES];
+	/* Backing file, or NULL.  Under dev.mutex; rings see it as backend. */
+	struct file *backend;
+	/* Requests submitted and not yet returned to the guest. */
+	atomic_t inflight;
+	/* Woken when inflight drops to zero. */
+	wait_queue_head_t drain_wq;
+	/* Worker ids of the worker_pool policy.  Under dev.mutex. */
+	u32 pool[VHOST_BLK_MAX_QUEUES];
+	/*
+	 * GET_ID answer.  Written under dev.mutex; a GET_ID racing with
+	 * VHOST_BLK_SET_SERIAL may see either serial.
+	 */
+	u8 serial[VHOST_BLK_SERIAL_LEN];
+};
+
+struct vhost_blk_req {
+	struct kiocb iocb;
+	struct llist_node node;
+	struct vhost_blk_vq *bvq;
+	struct file *file;		/* reference held until completion */
+	u8 __user *status_ptr;		/* the request's status byte */
+	u64 len;			/* bytes a read or write must move */
+	u32 written;			/* bytes written into guest buffers */
+	u16 head;
+	u8 status;
+	bool is_read;
+	struct vhost_log *log;		/* dirty log entries, LOG_ALL only */
+	unsigned int log_num;
+	unsigned int out, in;
+	struct iovec iov[];		/* the chain, out then in */
+};
+
+static struct vhost_blk *vhost_blk_of(struct vhost_virtqueue *vq)
+{
+	return container_of(vq->dev, struct vhost_blk, dev);
+}
+
+static void vhost_blk_req_free(struct vhost_blk *blk, struct vhost_blk_req *req)
+{
+	if (req->file)
+		fput(req->file);
+	kfree(req->log);
+	kfree(req);
+	if (atomic_dec_and_test(&blk->inflight))
+		wake_up(&blk->drain_wq);
+}
+
+/* Finish @req with @status; safe from any context. */
+static void vhost_blk_req_done(struct vhost_blk_req *req, u8 status)
+{
+	struct vhost_blk_vq *bvq = req->bvq;
+
+	req->status = status;
+	if (status != VIRTIO_BLK_S_OK)
+		req->written = 1;	/* only the status byte */
+	llist_add(&req->node, &bvq->completed);
+	vhost_vq_work_queue(&bvq->vq, &bvq->complete_work);
+}
+
+static void vhost_blk_rw_complete(struct kiocb *iocb, long ret)
+{
+	struct vhost_blk_req *req = container_of(iocb, struct vhost_blk_req, iocb);
+
+	/* A short transfer is an error: the guest asked for all of it. */
+	if (ret < 0 || (u64)ret != req->len) {
+		vhost_blk_req_done(req, VIRTIO_BLK_S_IOERR);
+		return;
+	}
+	req->written = req->is_read ? req->len + 1 : 1;
+	vhost_blk_req_done(req, VIRTIO_BLK_S_OK);
+}
+
+static void vhost_blk_complete_work(struct vhost_work *work)
+{
+	struct vhost_blk_vq *bvq = container_of(work, struct vhost_blk_vq,
+						complete_work);
+	struct vhost_virtqueue *vq = &bvq->vq;
+	struct vhost_blk *blk = vhost_blk_of(vq);
+	struct vhost_blk_req *req, *tmp;
+	struct llist_node *node;
+
+	node = llist_del_all(&bvq->completed);
+	if (!node)
+		return;
+	node = llist_reverse_order(node);
+
+	mutex_lock(&vq->mutex);
+	llist_for_each_entry_safe(req, tmp, node, node) {
+		if (put_user(req->status, req->status_ptr))
+			vq_err(vq, "vhost-blk: cannot write status of request %u\n",
+			       req->head);
+		vhost_add_used(vq, req->head, req->written);
+		if (unlikely(req->log_num))
+			vhost_log_write(vq, req->log, req->log_num, req->written,
+					req->iov + req->out, req->in);
+		vhost_blk_req_free(blk, req);
+	}
+	vhost_signal(&blk->dev, vq);
+	mutex_unlock(&vq->mutex);
+}
+
+static int vhost_blk_zero_fill(struct file *file, loff_t pos, u64 len)
+{
+	void *zero = (void *)page_address(ZERO_PAGE(0));
+	ssize_t r;
+
+	while (len) {
+		size_t n = min_t(u64, len, PAGE_SIZE);
+
+		r = kernel_write(file, zero, n, &pos);
+		if (r < 0)
+			return r;
+		if (!r)
+			return -EIO;
+		len -= r;
+	}
+	return 0;
+}
+
+/*
+ * Make [pos, pos + len) read as zeroes.  With @unmap the space may be given
+ * back (PUNCH_HOLE); without it, or where that is not supported, zero it.
+ */
+static int vhost_blk_zero(struct file *file, loff_t pos, u64 len, bool unmap)
+{
+	int r;
+
+	if (unmap) {
+		r = vfs_fallocate(file, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				  pos, len);
+		if (r != -EOPNOTSUPP)
+			return r;
+	}
+	r = vfs_fallocate(file, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, pos, len);
+	if (r != -EOPNOTSUPP)
+		return r;
+	if (file->f_flags & O_DIRECT)
+		return r;
+	return vhost_blk_zero_fill(file, pos, len);
+}
+
+static bool vhost_blk_range_ok(struct file *file, u64 sector, u64 len)
+{
+	u64 capacity = i_size_read(file->f_mapping->host);
+
+	if (len & (VHOST_BLK_SECTOR_SIZE - 1))
+		return false;
+	if (sector > U64_MAX >> VHOST_BLK_SECTOR_SHIFT)
+		return false;
+	sector <<= VHOST_BLK_SECTOR_SHIFT;
+	return sector <= capacity && len <= capacity - sector;
+}
+
+static u8 vhost_blk_discard_zeroes(struct vhost_blk_req *req, struct file *file,
+				   struct iov_iter *from, bool discard)
+{
+	struct virtio_blk_discard_write_zeroes seg;
+	size_t n = iov_iter_count(from);
+	u64 sector, len;
+	u32 flags;
+
+	if (!n || n % sizeof(seg) ||
+	    n / sizeof(seg) > VHOST_BLK_MAX_DISCARD_SEG)
+		return VIRTIO_BLK_S_IOERR;
+	while (iov_iter_count(from)) {
+		if (copy_from_iter(&seg, sizeof(seg), from) != sizeof(seg))
+			return VIRTIO_BLK_S_IOERR;
+		sector = le64_to_cpu(seg.sector);
+		len = (u64)le32_to_cpu(seg.num_sectors) << VHOST_BLK_SECTOR_SHIFT;
+		flags = le32_to_cpu(seg.flags);
+		if (discard ? flags : flags & ~VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP)
+			return VIRTIO_BLK_S_UNSUPP;
+		if (!vhost_blk_range_ok(file, sector, len))
+			return VIRTIO_BLK_S_IOERR;
+		if (vhost_blk_zero(file, sector << VHOST_BLK_SECTOR_SHIFT, len,
+				   discard || (flags & VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP)))
+			return VIRTIO_BLK_S_IOERR;
+	}
+	return VIRTIO_BLK_S_OK;
+}
+
+/* Submit a read or a write; completes through vhost_blk_rw_complete(). */
+static void vhost_blk_rw(struct vhost_blk_req *req, struct file *file,
+			 struct iov_iter *iter, loff_t pos)
+{
+	ssize_t ret;
+
+	req->file = get_file(file);
+	req->len = iov_iter_count(iter);
+	init_sync_kiocb(&req->iocb, file);
+	req->iocb.ki_pos = pos;
+	/* Direct I/O is asynchronous: the worker does not wait for it. */
+	if (req->iocb.ki_flags & IOCB_DIRECT)
+		req->iocb.ki_complete = vhost_blk_rw_complete;
+	if (req->is_read)
+		ret = call_read_iter(file, &req->iocb, iter);
+	else
+		ret = call_write_iter(file, &req->iocb, iter);
+	if (ret != -EIOCBQUEUED)
+		vhost_blk_rw_complete(&req->iocb, ret);
+}
+
+/* The last byte of the in part of the chain is the status byte. */
+static u8 __user *vhost_blk_status_ptr(struct iovec *iov, unsigned int in)
+{
+	while (in--) {
+		if (iov[in].iov_len)
+			return (u8 __user *)iov[in].iov_base + iov[in].iov_len - 1;
+	}
+	return NULL;
+}
+
+/* Take one request off the ring; its completion returns it to the guest. */
+static void vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
+			     int head, unsigned int out, unsigned int in,
+			     unsigned int log_num)
+{
+	struct vhost_virtqueue *vq = &bvq->vq;
+	struct vhost_blk *blk = vhost_blk_of(vq);
+	struct virtio_blk_outhdr hdr;
+	struct vhost_blk_req *req;
+	struct iov_iter from, to;
+	u8 __user *status_ptr;
+	size_t in_len, n;
+	u64 sector;
+	u32 type;
+	u8 status;
+
+	in_len = iov_length(vq->iov + out, in);
+	status_ptr = vhost_blk_status_ptr(vq->iov + out, in);
+	if (!status_ptr) {
+		/* Nowhere to report anything: give the buffer back, empty. */
+		vq_err(vq, "vhost-blk: request %d has no status byte\n", head);
+		vhost_add_used_and_signal(&blk->dev, vq, head, 0);
+		return;
+	}
+
+	req = kzalloc(struct_size(req, iov, out + in), GFP_KERNEL);
+	if (!req) {
+		if (put_user((u8)VIRTIO_BLK_S_IOERR, status_ptr))
+			vq_err(vq, "vhost-blk: cannot write status\n");
+		vhost_add_used_and_signal(&blk->dev, vq, head, 1);
+		return;
+	}
+	atomic_inc(&blk->inflight);
+	req->bvq = bvq;
+	req->head = head;
+	req->out = out;
+	req->in = in;
+	req->status_ptr = status_ptr;
+	memcpy(req->iov, vq->iov, (out + in) * sizeof(*req->iov));
+	if (unlikely(log_num)) {
+		req->log = kmemdup(vq->log, log_num * sizeof(*vq->log), GFP_KERNEL);
+		if (!req->log)
+			goto err;
+		req->log_num = log_num;
+	}
+	if (out + in > VHOST_BLK_SEG_MAX + 2)
+		goto err;
+
+	iov_iter_init(&from, WRITE, req->iov, out, iov_length(req->iov, out));
+	if (copy_from_iter(&hdr, sizeof(hdr), &from) != sizeof(hdr))
+		goto err;
+	/* The data the device may write: the in part without the status. */
+	iov_iter_init(&to, READ, req->iov + out, in, in_len - 1);
+
+	type = vhost32_to_cpu(vq, hdr.type);
+	sector = vhost64_to_cpu(vq, hdr.sector);
+	switch (type) {
+	case VIRTIO_BLK_T_IN:
+		if (iov_iter_count(&from) ||
+		    !vhost_blk_range_ok(file, sector, iov_iter_count(&to)))
+			goto err;
+		req->is_read = true;
+		vhost_blk_rw(req, file, &to, sector << VHOST_BLK_SECTOR_SHIFT);
+		return;
+	case VIRTIO_BLK_T_OUT:
+		if (iov_iter_count(&to) || !(file->f_mode & FMODE_WRITE) ||
+		    !vhost_blk_range_ok(file, sector, iov_iter_count(&from)))
+			goto err;
+		vhost_blk_rw(req, file, &from, sector << VHOST_BLK_SECTOR_SHIFT);
+		return;
+	case VIRTIO_BLK_T_FLUSH:
+		status = vfs_fsync(file, 0) ? VIRTIO_BLK_S_IOERR : VIRTIO_BLK_S_OK;
+		break;
+	case VIRTIO_BLK_T_GET_ID:
+		n = min_t(size_t, iov_iter_count(&to), VHOST_BLK_SERIAL_LEN);
+		if (copy_to_iter(blk->serial, n, &to) != n)
+			goto err;
+		req->written = n + 1;
+		status = VIRTIO_BLK_S_OK;
+		break;
+	case VIRTIO_BLK_T_DISCARD:
+	case VIRTIO_BLK_T_WRITE_ZEROES:
+		if (!(file->f_mode & FMODE_WRITE))
+			goto err;
+		status = vhost_blk_discard_zeroes(req, file, &from,
+						  type == VIRTIO_BLK_T_DISCARD);
+		break;
+	default:
+		status = VIRTIO_BLK_S_UNSUPP;
+		break;
+	}
+	if (status == VIRTIO_BLK_S_OK && !req->written)
+		req->written = 1;
+	vhost_blk_req_done(req, status);
+	return;
+err:
+	vhost_blk_req_done(req, VIRTIO_BLK_S_IOERR);
+}
+
+static void vhost_blk_handle_kick(struct vhost_work *work)
+{
+	struct vhost_virtqueue *vq = container_of(work, struct vhost_virtqueue,
+						  poll.work);
+	struct vhost_blk_vq *bvq = container_of(vq, struct vhost_blk_vq, vq);
+	struct vhost_blk *blk = vhost_blk_of(vq);
+	unsigned int out, in, log_num;
+	struct vhost_log *log;
+	struct file *file;
+	int head, reqs = 0;
+
+	mutex_lock(&vq->mutex);
+	file = vhost_vq_get_backend(vq);
+	if (!file)
+		goto out;
+	log = unlikely(vhost_has_feature(vq, VHOST_F_LOG_ALL)) ? vq->log : NULL;
+
+	vhost_disable_notify(&blk->dev, vq);
+	for (;;) {
+		head = vhost_get_vq_desc(vq, vq->iov, ARRAY_SIZE(vq->iov),
+					 &out, &in, log, &log_num);
+		/* A chain vhost cannot walk stops the ring; vq_err said why. */
+		if (unlikely(head < 0))
+			break;
+		if (head == vq->num) {
+			if (unlikely(vhost_enable_notify(&blk->dev, vq))) {
+				vhost_disable_notify(&blk->dev, vq);
+				continue;
+			}
+			break;
+		}
+		vhost_blk_submit(bvq, file, head, out, in, log ? log_num : 0);
+		if (vhost_exceeds_weight(vq, ++reqs, 0))
+			break;
+	}
+out:
+	mutex_unlock(&vq->mutex);
+}
+
+/* Give ring @idx its worker according to worker_pool.  Under dev.mutex. */
+static void vhost_blk_apply_worker_policy(struct vhost_blk *blk, int idx)
+{
+	struct vhost_blk_vq *bvq = &blk->vqs[idx];
+	unsigned int pool = min_t(unsigned int, READ_ONCE(worker_pool),
+				  VHOST_BLK_MAX_QUEUES);
+	unsigned int slot = 0;
+	u32 id;
+	int ret;
+
+	if (bvq->user_bound || bvq->policy_applied)
+		return;
+	bvq->policy_applied = true;
+	if (pool == 1)
+		return;
+	if (pool == 0) {
+		/* Ring 0 keeps the default worker, the others get new ones. */
+		if (!idx)
+			return;
+		id = VHOST_VRING_NEW_WORKER;
+	} else {
+		slot = idx % pool;
+		id = blk->pool[slot];
+	}
+	ret = vhost_vq_set_worker(&bvq->vq, &id);
+	if (ret == -ENODEV) {
+		/* The VMM freed a pool worker: replace it. */
+		id = VHOST_VRING_NEW_WORKER;
+		ret = vhost_vq_set_worker(&bvq->vq, &id);
+	}
+	if (ret)
+		pr_warn_ratelimited("vhost-blk: ring %d stays on its worker: %d\n",
+				    idx, ret);
+	else if (pool > 1)
+		blk->pool[slot] = id;
+}
+
+/*
+ * Start every ring that is set up, has a kick and no backend yet, when the
+ * device has one.  Called under dev.mutex after anything that may complete
+ * a ring's setup.
+ */
+static void vhost_blk_start_rings(struct vhost_blk *blk)
+{
+	int i;
+
+	if (!blk->backend)
+		return;
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
+		struct vhost_virtqueue *vq = &blk->vqs[i].vq;
+		bool start = false;
+
+		mutex_lock(&vq->mutex);
+		if (!vhost_vq_get_backend(vq) && vq->kick && vhost_vq_is_setup(vq)) {
+			vhost_vq_set_backend(vq, blk->backend);
+			if (vhost_vq_init_access(vq)) {
+				vhost_vq_set_backend(vq, NULL);
+				vq_err(vq, "vhost-blk: ring %d inaccessible\n", i);
+			} else {
+				start = true;
+			}
+		}
+		mutex_unlock(&vq->mutex);
+		if (start) {
+			vhost_blk_apply_worker_policy(blk, i);
+			/* Serve what the guest queued before we started. */
+			vhost_poll_queue(&vq->poll);
+		}
+	}
+}
+
+/* Stop taking requests and wait for those in flight.  Under dev.mutex. */
+static void vhost_blk_stop_rings(struct vhost_blk *blk)
+{
+	int i;
+
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
+		struct vhost_virtqueue *vq = &blk->vqs[i].vq;
+
+		mutex_lock(&vq->mutex);
+		vhost_vq_set_backend(vq, NULL);
+		mutex_unlock(&vq->mutex);
+	}
+	/* Handlers hold vq->mutex while submitting: none is submitting now. */
+	wait_event(blk->drain_wq, !atomic_read(&blk->inflight));
+	/* Completion work that returned the last requests has finished too. */
+	vhost_dev_flush(&blk->dev);
+}
+
+static long vhost_blk_set_backend(struct vhost_blk *blk,
+				  struct vhost_blk_backend __user *argp)
+{
+	struct vhost_blk_backend b;
+	struct file *file = NULL;
+	long ret;
+
+	if (copy_from_user(&b, argp, sizeof(b)))
+		return -EFAULT;
+	if (b.flags || b.reserved[0] || b.reserved[1])
+		return -EINVAL;
+
+	mutex_lock(&blk->dev.mutex);
+	ret = vhost_dev_check_owner(&blk->dev);
+	if (ret)
+		goto out_unlock;
+	if (b.fd != -1) {
+		umode_t mode;
+
+		file = fget(b.fd);
+		if (!file) {
+			ret = -EBADF;
+			goto out_unlock;
+		}
+		mode = file_inode(file)->i_mode;
+		if (!S_ISBLK(mode) && !S_ISREG(mode)) {
+			ret = -EINVAL;
+			goto out_fput;
+		}
+		if (!(file->f_mode & FMODE_READ) ||
+		    !(file->f_mode & FMODE_CAN_READ)) {
+			ret = -EBADF;
+			goto out_fput;
+		}
+	}
+
+	vhost_blk_stop_rings(blk);
+	if (blk->backend)
+		fput(blk->backend);
+	blk->backend = file;
+	vhost_blk_start_rings(blk);
+	mutex_unlock(&blk->dev.mutex);
+	return 0;
+
+out_fput:
+	fput(file);
+out_unlock:
+	mutex_unlock(&blk->dev.mutex);
+	return ret;
+}
+
+static long vhost_blk_set_serial(struct vhost_blk *blk,
+				 struct vhost_blk_serial __user *argp)
+{
+	struct vhost_blk_serial s;
+	bool nul = false;
+	long ret;
+	int i;
+
+	if (copy_from_user(&s, argp, sizeof(s)))
+		return -EFAULT;
+	for (i = 0; i < VHOST_BLK_SERIAL_LEN; i++) {
+		if (!s.serial[i])
+			nul = true;
+		else if (nul || s.serial[i] < 0x20 || s.serial[i] > 0x7e)
+			return -EINVAL;
+	}
+	mutex_lock(&blk->dev.mutex);
+	ret = vhost_dev_check_owner(&blk->dev);
+	if (!ret)
+		memcpy(blk->serial, s.serial, sizeof(blk->serial));
+	mutex_unlock(&blk->dev.mutex);
+	return ret;
+}
+
+static int vhost_blk_set_features(struct vhost_blk *blk, u64 features)
+{
+	int i, ret = 0;
+
+	if (features & ~VHOST_BLK_FEATURES)
+		return -EOPNOTSUPP;
+
+	mutex_lock(&blk->dev.mutex);
+	if ((features & (1ULL << VHOST_F_LOG_ALL)) &&
+	    !vhost_log_access_ok(&blk->dev)) {
+		ret = -EFAULT;
+		goto out;
+	}
+	if ((features & (1ULL << VIRTIO_F_ACCESS_PLATFORM)) &&
+	    vhost_init_device_iotlb(&blk->dev, true)) {
+		ret = -EFAULT;
+		goto out;
+	}
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
+		struct vhost_virtqueue *vq = &blk->vqs[i].vq;
+
+		mutex_lock(&vq->mutex);
+		vq->acked_features = features;
+		mutex_unlock(&vq->mutex);
+	}
+out:
+	mutex_unlock(&blk->dev.mutex);
+	return ret;
+}
+
+static void vhost_blk_reset_policy(struct vhost_blk *blk)
+{
+	int i;
+
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
+		blk->vqs[i].user_bound = false;
+		blk->vqs[i].policy_applied = false;
+		blk->pool[i] = i ? VHOST_VRING_NEW_WORKER : 0;
+	}
+}
+
+static long vhost_blk_reset_owner(struct vhost_blk *blk)
+{
+	struct vhost_iotlb *umem;
+	long ret;
+
+	mutex_lock(&blk->dev.mutex);
+	ret = vhost_dev_check_owner(&blk->dev);
+	if (ret)
+		goto out;
+	umem = vhost_dev_reset_owner_prepare();
+	if (!umem) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	vhost_blk_stop_rings(blk);
+	vhost_dev_stop(&blk->dev);
+	vhost_dev_reset_owner(&blk->dev, umem);
+	if (blk->backend)
+		fput(blk->backend);
+	blk->backend = NULL;
+	vhost_blk_reset_policy(blk);
+out:
+	mutex_unlock(&blk->dev.mutex);
+	return ret;
+}
+
+static long vhost_blk_ioctl(struct file *f, unsigned int ioctl,
+			    unsigned long arg)
+{
+	struct vhost_blk *blk = f->private_data;
+	void __user *argp = (void __user *)arg;
+	u64 __user *featurep = argp;
+	u64 features;
+	u32 idx;
+	long r;
+
+	switch (ioctl) {
+	case VHOST_BLK_SET_BACKEND:
+		return vhost_blk_set_backend(blk, argp);
+	case VHOST_BLK_SET_SERIAL:
+		return vhost_blk_set_serial(blk, argp);
+	case VHOST_GET_FEATURES:
+		features = VHOST_BLK_FEATURES;
+		return copy_to_user(featurep, &features, sizeof(features)) ?
+		       -EFAULT : 0;
+	case VHOST_SET_FEATURES:
+		if (copy_from_user(&features, featurep, sizeof(features)))
+			return -EFAULT;
+		return vhost_blk_set_features(blk, features);
+	case VHOST_GET_BACKEND_FEATURES:
+		features = VHOST_BLK_BACKEND_FEATURES;
+		return copy_to_user(featurep, &features, sizeof(features)) ?
+		       -EFAULT : 0;
+	case VHOST_SET_BACKEND_FEATURES:
+		if (copy_from_user(&features, featurep, sizeof(features)))
+			return -EFAULT;
+		if (features & ~VHOST_BLK_BACKEND_FEATURES)
+			return -EOPNOTSUPP;
+		vhost_set_backend_features(&blk->dev, features);
+		return 0;
+	case VHOST_RESET_OWNER:
+		return vhost_blk_reset_owner(blk);
+	}
+
+	mutex_lock(&blk->dev.mutex);
+	r = vhost_worker_ioctl(&blk->dev, ioctl, argp);
+	if (r != -ENOIOCTLCMD) {
+		/* A ring the VMM placed keeps its place. */
+		if (!r && (ioctl == VHOST_ATTACH_VRING_WORKER ||
+			   ioctl == VHOST_SET_VRING_WORKER) &&
+		    !get_user(idx, (u32 __user *)argp) &&
+		    idx < VHOST_BLK_MAX_QUEUES)
+			blk->vqs[idx].user_bound = true;
+		goto out;
+	}
+	r = vhost_dev_ioctl(&blk->dev, ioctl, argp);
+	if (r == -ENOIOCTLCMD) {
+		r = vhost_vring_ioctl(&blk->dev, ioctl, argp);
+		if (!r)
+			vhost_blk_start_rings(blk);
+	} else {
+		vhost_dev_flush(&blk->dev);
+	}
+out:
+	mutex_unlock(&blk->dev.mutex);
+	return r;
+}
+
+static int vhost_blk_open(struct inode *inode, struct file *f)
+{
+	struct vhost_virtqueue **vqs;
+	struct vhost_blk *blk;
+	int i;
+
+	blk = kvzalloc(sizeof(*blk), GFP_KERNEL_ACCOUNT);
+	if (!blk)
+		return -ENOMEM;
+	vqs = kcalloc(VHOST_BLK_MAX_QUEUES, sizeof(*vqs), GFP_KERNEL);
+	if (!vqs) {
+		kvfree(blk);
+		return -ENOMEM;
+	}
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
+		vqs[i] = &blk->vqs[i].vq;
+		blk->vqs[i].vq.handle_kick = vhost_blk_handle_kick;
+		init_llist_head(&blk->vqs[i].completed);
+		vhost_work_init(&blk->vqs[i].complete_work, vhost_blk_complete_work);
+	}
+	atomic_set(&blk->inflight, 0);
+	init_waitqueue_head(&blk->drain_wq);
+	strscpy(blk->serial, "vhost-blk", sizeof(blk->serial));
+	vhost_blk_reset_policy(blk);
+	vhost_dev_init(&blk->dev, vqs, VHOST_BLK_MAX_QUEUES, UIO_MAXIOV,
+		       VHOST_BLK_WEIGHT, 0, true, NULL);
+	f->private_data = blk;
+	return 0;
+}
+
+static int vhost_blk_release(struct inode *inode, struct file *f)
+{
+	struct vhost_blk *blk = f->private_data;
+
+	mutex_lock(&blk->dev.mutex);
+	vhost_blk_stop_rings(blk);
+	mutex_unlock(&blk->dev.mutex);
+	vhost_dev_stop(&blk->dev);
+	vhost_dev_cleanup(&blk->dev);
+	if (blk->backend)
+		fput(blk->backend);
+	kfree(blk->dev.vqs);
+	kvfree(blk);
+	return 0;
+}
+
+static ssize_t vhost_blk_chr_read_iter(struct kiocb *iocb, struct iov_iter *to)
+{
+	struct vhost_blk *blk = iocb->ki_filp->private_data;
+
+	return vhost_chr_read_iter(&blk->dev, to, iocb->ki_filp->f_flags & O_NONBLOCK);
+}
+
+static ssize_t vhost_blk_chr_write_iter(struct kiocb *iocb, struct iov_iter *from)
+{
+	struct vhost_blk *blk = iocb->ki_filp->private_data;
+
+	return vhost_chr_write_iter(&blk->dev, from);
+}
+
+static __poll_t vhost_blk_chr_poll(struct file *file, poll_table *wait)
+{
+	struct vhost_blk *blk = file->private_data;
+
+	return vhost_chr_poll(file, &blk->dev, wait);
+}
+
+static const struct file_operations vhost_blk_fops = {
+	.owner		= THIS_MODULE,
+	.open		= vhost_blk_open,
+	.release	= vhost_blk_release,
+	.llseek		= noop_llseek,
+	.read_iter	= vhost_blk_chr_read_iter,
+	.write_iter	= vhost_blk_chr_write_iter,
+	.poll		= vhost_blk_chr_poll,
+	.unlocked_ioctl	= vhost_blk_ioctl,
+	.compat_ioctl	= compat_ptr_ioctl,
+};
+
+static struct miscdevice vhost_blk_misc = {
+	.minor	= MISC_DYNAMIC_MINOR,
+	.name	= "vhost-blk",
+	.fops	= &vhost_blk_fops,
+};
+module_misc_device(vhost_blk_misc);
+
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("vhost-blk: in-kernel virtio-blk backend");

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * A virtio-blk "driver" over /dev/vhost-blk, for selftests and the
+ * benchmark: rings, request slots (header + status) and helpers that post
+ * and reap requests.
+ */
+#ifndef VHOST_BLK_LIB_H
+#define VHOST_BLK_LIB_H
+
+#include <linux/vhost_blk.h>
+#include <linux/virtio_blk.h>
+#include "vhost_vmm.h"
+
+struct vmm_blk_slot {
+	struct virtio_blk_outhdr hdr;
+	struct virtio_blk_discard_write_zeroes dwz;
+	uint8_t status;
+	void *token;
+} __attribute__((aligned(64)));
+
+struct vmm_blk {
+	struct vmm vmm;
+	int fd;
+	unsigned int nq;
+	struct vmm_vq vq[VHOST_BLK_MAX_QUEUES];
+	struct vmm_blk_slot **free[VHOST_BLK_MAX_QUEUES];
+	unsigned int nfree[VHOST_BLK_MAX_QUEUES];
+};
+
+/* Open, own, negotiate @features, map @mem_size bytes, set up @nq rings. */
+int vmm_blk_open(struct vmm_blk *b, unsigned int nq, unsigned int qsize,
+		 uint64_t features, size_t mem_size);
+void vmm_blk_close(struct vmm_blk *b);
+int vmm_blk_set_backend(struct vmm_blk *b, int fd);
+
+/*
+ * Post one request on ring @q: header, @nseg data segments of @len bytes
+ * split evenly (device-readable for OUT-like types, writable for IN and
+ * GET_ID), status.  Returns the head, or -1 when the ring is full.
+ */
+int vmm_blk_post(struct vmm_blk *b, unsigned int q, uint32_t type,
+		 uint64_t sector, void *data, uint32_t len, unsigned int nseg,
+		 bool indirect, void *token);
+/* Post a DISCARD or WRITE_ZEROES of one range. */
+int vmm_blk_post_dwz(struct vmm_blk *b, unsigned int q, uint32_t type,
+		     uint64_t sector, uint32_t nsect, uint32_t flags, void *token);
+/* Reap one completion of ring @q: its status (or -1 on timeout). */
+int vmm_blk_reap(struct vmm_blk *b, unsigned int q, void **token,
+		 uint32_t *used_len, int timeout_ms);
+/* Post, kick and wait for one request; returns its status or -1. */
+int vmm_blk_do(struct vmm_blk *b, unsigned int q, uint32_t type,
+	       uint64_t sector, void *data, uint32_t len);
+
+#endif

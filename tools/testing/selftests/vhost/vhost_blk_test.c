@@ -1,0 +1,679 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vhost-blk through a userspace virtio-blk driver: every request type with
+ * data checked against the backing store, block device and file backends,
+ * direct and buffered, read-only backends, malformed requests, all queues on
+ * their own workers, backend detach and swap under load, and dirty logging.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <linux/loop.h>
+
+#include "../kselftest_harness.h"
+#include "vhost_test.h"
+#include "vhost_vmm.h"
+#include "vhost_blk_lib.h"
+
+#define NULLB		"/dev/nullb0"
+#define IMG		"/tmp/vhost-blk-test.img"
+#define IMG_SIZE	(64ULL << 20)
+#define QSIZE		128
+
+enum backend { BE_NULLB, BE_FILE, BE_LOOP };
+
+static void fill(void *buf, size_t len, uint64_t sector, unsigned int gen)
+{
+	uint32_t *p = buf;
+	size_t i;
+
+	for (i = 0; i < len / 4; i++)
+		p[i] = (uint32_t)(sector * 131 + i * 7 + gen * 1000003);
+}
+
+static bool is_zero(const void *buf, size_t len)
+{
+	const unsigned char *p = buf;
+
+	return len == 0 || (p[0] == 0 && !memcmp(p, p + 1, len - 1));
+}
+
+static int make_image(void)
+{
+	int fd = open(IMG, O_RDWR | O_CREAT | O_TRUNC, 0600);
+
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, IMG_SIZE)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Attach a loop device to @backing; returns its path in @path. */
+static int make_loop(int backing, char *path, size_t len)
+{
+	int ctl = open("/dev/loop-control", O_RDWR), n, fd;
+
+	if (ctl < 0)
+		return -1;
+	n = ioctl(ctl, LOOP_CTL_GET_FREE);
+	close(ctl);
+	if (n < 0)
+		return -1;
+	snprintf(path, len, "/dev/loop%d", n);
+	fd = open(path, O_RDWR);
+	if (fd < 0)
+		return -1;
+	if (ioctl(fd, LOOP_SET_FD, backing)) {
+		close(fd);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
+static void drop_loop(const char *path)
+{
+	int fd = open(path, O_RDWR);
+
+	if (fd >= 0) {
+		ioctl(fd, LOOP_CLR_FD, 0);
+		close(fd);
+	}
+}
+
+FIXTURE(blk) {
+	bool skipped;
+	struct vmm_blk b;
+	int backing;		/* what vhost-blk serves */
+	int check;		/* the same store, for checking behind its back */
+	int img;
+	char loop[32];
+	uint64_t sectors;
+	void *buf, *buf2;
+};
+
+FIXTURE_VARIANT(blk) {
+	enum backend backend;
+	bool direct;
+};
+
+FIXTURE_VARIANT_ADD(blk, nullb_direct) { .backend = BE_NULLB, .direct = true };
+FIXTURE_VARIANT_ADD(blk, nullb_buffered) { .backend = BE_NULLB, .direct = false };
+FIXTURE_VARIANT_ADD(blk, loop_direct) { .backend = BE_LOOP, .direct = true };
+FIXTURE_VARIANT_ADD(blk, file_buffered) { .backend = BE_FILE, .direct = false };
+
+FIXTURE_SETUP(blk)
+{
+	const char *path = NULLB;
+	int flags = O_RDWR | (variant->direct ? O_DIRECT : 0), r;
+
+	self->backing = self->check = self->img = -1;
+	self->loop[0] = 0;
+	if (access("/dev/vhost-blk", F_OK))
+		VHOST_SKIP("/dev/vhost-blk missing (CONFIG_VHOST_BLK)");
+	if (variant->backend == BE_NULLB && access(NULLB, F_OK))
+		VHOST_SKIP("%s missing (null_blk.nr_devices=1)", NULLB);
+	if (variant->backend != BE_NULLB) {
+		self->img = make_image();
+		ASSERT_LE(0, self->img);
+		path = IMG;
+	}
+	if (variant->backend == BE_LOOP) {
+		if (make_loop(self->img, self->loop, sizeof(self->loop)))
+			VHOST_SKIP("no loop device (CONFIG_BLK_DEV_LOOP)");
+		path = self->loop;
+	}
+	self->backing = open(path, flags);
+	ASSERT_LE(0, self->backing) TH_LOG("open %s: %s", path, strerror(errno));
+	self->check = open(path, O_RDWR | O_DIRECT);
+	if (self->check < 0)
+		self->check = open(path, O_RDWR);
+	ASSERT_LE(0, self->check);
+	self->sectors = lseek(self->backing, 0, SEEK_END) / 512;
+	ASSERT_LT(4096, self->sectors);
+	r = vmm_blk_open(&self->b, 4, QSIZE, 1ULL << VIRTIO_F_VERSION_1, 64 << 20);
+	ASSERT_EQ(0, r) TH_LOG("vmm_blk_open: %s", strerror(-r));
+	ASSERT_EQ(0, vmm_blk_set_backend(&self->b, self->backing));
+	self->buf = vmm_alloc(&self->b.vmm, 1 << 20, 4096);
+	self->buf2 = vmm_alloc(&self->b.vmm, 1 << 20, 4096);
+	ASSERT_NE(NULL, self->buf);
+	ASSERT_NE(NULL, self->buf2);
+}
+
+FIXTURE_TEARDOWN(blk)
+{
+	vmm_blk_close(&self->b);
+	if (self->backing >= 0)
+		close(self->backing);
+	if (self->check >= 0)
+		close(self->check);
+	if (self->loop[0])
+		drop_loop(self->loop);
+	if (self->img >= 0) {
+		close(self->img);
+		unlink(IMG);
+	}
+}
+
+/* Read the store directly, bypassing vhost-blk. */
+static ssize_t store_read(int fd, void *buf, size_t len, uint64_t sector)
+{
+	void *tmp;
+	ssize_t r;
+
+	if (posix_memalign(&tmp, 4096, len))
+		return -1;
+	r = pread(fd, tmp, len, sector * 512);
+	memcpy(buf, tmp, len);
+	free(tmp);
+	return r;
+}
+
+VHOST_TEST_F(blk, write_read_verify, 30)
+{
+	static const struct { uint64_t sector; uint32_t len; } io[] = {
+		{ 0, 4096 }, { 8, 512 }, { 100, 65536 }, { 4000, 131072 },
+	};
+	unsigned char *mirror = malloc(131072);
+	unsigned int i;
+
+	ASSERT_NE(NULL, mirror);
+	for (i = 0; i < ARRAY_SIZE(io); i++) {
+		fill(self->buf, io[i].len, io[i].sector, 1);
+		ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&self->b, i % 4, VIRTIO_BLK_T_OUT,
+						      io[i].sector, self->buf, io[i].len));
+	}
+	for (i = 0; i < ARRAY_SIZE(io); i++) {
+		memset(self->buf2, 0xaa, io[i].len);
+		ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&self->b, (i + 1) % 4, VIRTIO_BLK_T_IN,
+						      io[i].sector, self->buf2, io[i].len));
+		fill(self->buf, io[i].len, io[i].sector, 1);
+		EXPECT_EQ(0, memcmp(self->buf, self->buf2, io[i].len))
+			TH_LOG("read back of sector %llu differs",
+			       (unsigned long long)io[i].sector);
+		ASSERT_EQ(io[i].len, store_read(self->check, mirror, io[i].len, io[i].sector));
+		EXPECT_EQ(0, memcmp(self->buf, mirror, io[i].len))
+			TH_LOG("backing store at sector %llu differs",
+			       (unsigned long long)io[i].sector);
+	}
+	free(mirror);
+}
+
+VHOST_TEST_F(blk, indirect_and_many_segments, 30)
+{
+	uint32_t used;
+	void *tok;
+
+	fill(self->buf, 32 * 4096, 512, 2);
+	ASSERT_LE(0, vmm_blk_post(&self->b, 0, VIRTIO_BLK_T_OUT, 512, self->buf,
+				  32 * 4096, 32, true, NULL));
+	vmm_vq_kick(&self->b.vq[0]);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_reap(&self->b, 0, &tok, &used, 10000));
+	EXPECT_EQ(1, used);
+	memset(self->buf2, 0, 32 * 4096);
+	ASSERT_LE(0, vmm_blk_post(&self->b, 0, VIRTIO_BLK_T_IN, 512, self->buf2,
+				  32 * 4096, 16, true, NULL));
+	vmm_vq_kick(&self->b.vq[0]);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_reap(&self->b, 0, &tok, &used, 10000));
+	EXPECT_EQ(32 * 4096 + 1, used) TH_LOG("used length must count data and status");
+	EXPECT_EQ(0, memcmp(self->buf, self->buf2, 32 * 4096));
+}
+
+VHOST_TEST_F(blk, flush_and_get_id, 30)
+{
+	struct vhost_blk_serial s = { .serial = "vmq-serial-0123" };
+	char id[VHOST_BLK_SERIAL_LEN + 4];
+
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&self->b, 1, VIRTIO_BLK_T_FLUSH, 0, NULL, 0));
+	memset(self->buf, 0x55, 512);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&self->b, 1, VIRTIO_BLK_T_GET_ID, 0,
+					      self->buf, 512));
+	memcpy(id, self->buf, VHOST_BLK_SERIAL_LEN);
+	id[VHOST_BLK_SERIAL_LEN] = 0;
+	EXPECT_STREQ("vhost-blk", id);
+	ASSERT_EQ(0, ioctl(self->b.fd, VHOST_BLK_SET_SERIAL, &s));
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&self->b, 1, VIRTIO_BLK_T_GET_ID, 0,
+					      self->buf, VHOST_BLK_SERIAL_LEN));
+	EXPECT_EQ(0, memcmp(self->buf, s.serial, VHOST_BLK_SERIAL_LEN));
+	/* Printable ASCII, NUL padded: anything else is refused. */
+	s.serial[3] = 0;
+	EXPECT_EQ(-1, ioctl(self->b.fd, VHOST_BLK_SET_SERIAL, &s));
+	EXPECT_EQ(EINVAL, errno);
+	s.serial[3] = '\n';
+	EXPECT_EQ(-1, ioctl(self->b.fd, VHOST_BLK_SET_SERIAL, &s));
+	EXPECT_EQ(EINVAL, errno);
+}
+
+static void check_zeroed(struct __test_metadata *_metadata,
+			 FIXTURE_DATA(blk) * self, uint32_t type, uint32_t flags)
+{
+	uint64_t sector = 2048;
+
+	fill(self->buf, 65536, sector, 3);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&self->b, 2, VIRTIO_BLK_T_OUT, sector,
+					      self->buf, 65536));
+	ASSERT_LE(0, vmm_blk_post_dwz(&self->b, 2, type, sector + 8, 64, flags, NULL));
+	vmm_vq_kick(&self->b.vq[2]);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_reap(&self->b, 2, NULL, NULL, 10000));
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&self->b, 2, VIRTIO_BLK_T_IN, sector,
+					      self->buf2, 65536));
+	/* Sectors 8..71 of the range read as zeroes, the rest is intact. */
+	EXPECT_EQ(0, memcmp(self->buf, self->buf2, 8 * 512));
+	EXPECT_TRUE(is_zero((char *)self->buf2 + 8 * 512, 64 * 512));
+	EXPECT_EQ(0, memcmp((char *)self->buf + 72 * 512, (char *)self->buf2 + 72 * 512,
+			    65536 - 72 * 512));
+	ASSERT_EQ(64 * 512, store_read(self->check, self->buf2, 64 * 512, sector + 8));
+	EXPECT_TRUE(is_zero(self->buf2, 64 * 512));
+}
+
+VHOST_TEST_F(blk, discard_reads_back_zeroes, 30)
+{
+	check_zeroed(_metadata, self, VIRTIO_BLK_T_DISCARD, 0);
+}
+
+VHOST_TEST_F(blk, write_zeroes, 30)
+{
+	check_zeroed(_metadata, self, VIRTIO_BLK_T_WRITE_ZEROES, 0);
+}
+
+VHOST_TEST_F(blk, write_zeroes_unmap, 30)
+{
+	check_zeroed(_metadata, self, VIRTIO_BLK_T_WRITE_ZEROES,
+		     VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP);
+}
+
+VHOST_TEST_F(blk, unsupported_and_malformed_requests, 30)
+{
+	struct vmm_vq *vq = &self->b.vq[3];
+	struct vmm_blk_slot *s;
+	struct vmm_seg segs[4];
+	uint32_t used;
+
+	/* Unknown types and flags. */
+	EXPECT_EQ(VIRTIO_BLK_S_UNSUPP, vmm_blk_do(&self->b, 3, 99, 0, NULL, 0));
+	ASSERT_LE(0, vmm_blk_post_dwz(&self->b, 3, VIRTIO_BLK_T_DISCARD, 0, 8,
+				      VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP, NULL));
+	vmm_vq_kick(vq);
+	EXPECT_EQ(VIRTIO_BLK_S_UNSUPP, vmm_blk_reap(&self->b, 3, NULL, NULL, 10000));
+	/* Beyond capacity, straddling it, unaligned length. */
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, vmm_blk_do(&self->b, 3, VIRTIO_BLK_T_IN,
+						 self->sectors, self->buf, 512));
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, vmm_blk_do(&self->b, 3, VIRTIO_BLK_T_OUT,
+						 self->sectors - 1, self->buf, 1024));
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, vmm_blk_do(&self->b, 3, VIRTIO_BLK_T_IN,
+						 ~0ULL >> 1, self->buf, 512));
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, vmm_blk_do(&self->b, 3, VIRTIO_BLK_T_IN, 0,
+						 self->buf, 100));
+	ASSERT_LE(0, vmm_blk_post_dwz(&self->b, 3, VIRTIO_BLK_T_WRITE_ZEROES,
+				      self->sectors - 4, 8, 0, NULL));
+	vmm_vq_kick(vq);
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, vmm_blk_reap(&self->b, 3, NULL, NULL, 10000));
+
+	/* Header too short. */
+	s = vmm_alloc(&self->b.vmm, sizeof(*s), 64);
+	ASSERT_NE(NULL, s);
+	s->hdr.type = VIRTIO_BLK_T_IN;
+	s->status = 0xff;
+	segs[0] = (struct vmm_seg){ &s->hdr, 8, false };
+	segs[1] = (struct vmm_seg){ &s->status, 1, true };
+	ASSERT_LE(0, vmm_vq_add(vq, segs, 2, false, s));
+	vmm_vq_kick(vq);
+	ASSERT_LE(0, vmm_vq_get_used(vq, &used, NULL, 10000));
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, s->status);
+	EXPECT_EQ(1, used);
+
+	/* A read whose data buffer is device-readable: wrong direction. */
+	s->hdr.type = VIRTIO_BLK_T_IN;
+	s->status = 0xff;
+	segs[0] = (struct vmm_seg){ &s->hdr, sizeof(s->hdr), false };
+	segs[1] = (struct vmm_seg){ self->buf, 512, false };
+	segs[2] = (struct vmm_seg){ &s->status, 1, true };
+	ASSERT_LE(0, vmm_vq_add(vq, segs, 3, false, s));
+	vmm_vq_kick(vq);
+	ASSERT_LE(0, vmm_vq_get_used(vq, NULL, NULL, 10000));
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, s->status);
+
+	/* A write with device-writable data: nothing may reach the disk. */
+	fill(self->buf, 512, 77, 9);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&self->b, 3, VIRTIO_BLK_T_OUT, 77,
+					      self->buf, 512));
+	s->hdr.type = VIRTIO_BLK_T_OUT;
+	s->hdr.sector = 77;
+	s->status = 0xff;
+	memset(self->buf2, 0xee, 512);
+	segs[1] = (struct vmm_seg){ self->buf2, 512, true };
+	ASSERT_LE(0, vmm_vq_add(vq, segs, 3, false, s));
+	vmm_vq_kick(vq);
+	ASSERT_LE(0, vmm_vq_get_used(vq, NULL, NULL, 10000));
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, s->status);
+	ASSERT_EQ(512, store_read(self->check, self->buf2, 512, 77));
+	EXPECT_EQ(0, memcmp(self->buf, self->buf2, 512));
+
+	/* Too many segments. */
+	EXPECT_EQ(-1, vmm_blk_post(&self->b, 3, VIRTIO_BLK_T_IN, 0, self->buf,
+				   (VHOST_BLK_SEG_MAX + 1) * 512,
+				   VHOST_BLK_SEG_MAX + 1, true, NULL))
+		TH_LOG("library limit changed: raise VMM_MAX_INDIRECT");
+
+	/* No status byte at all: the buffer comes back empty, the ring lives. */
+	segs[0] = (struct vmm_seg){ &s->hdr, sizeof(s->hdr), false };
+	ASSERT_LE(0, vmm_vq_add(vq, segs, 1, false, s));
+	vmm_vq_kick(vq);
+	ASSERT_LE(0, vmm_vq_get_used(vq, &used, NULL, 10000));
+	EXPECT_EQ(0, used);
+	EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&self->b, 3, VIRTIO_BLK_T_IN, 77,
+					      self->buf2, 512));
+}
+
+VHOST_TEST_F(blk, address_outside_memory_stops_the_ring, 30)
+{
+	struct vhost_vring_file err = { .index = 0 };
+	struct vmm_vq *vq = &self->b.vq[0];
+	struct vmm_blk_slot *s = vmm_alloc(&self->b.vmm, sizeof(*s), 64);
+	struct vring_desc *d;
+	uint64_t v;
+	int head;
+
+	ASSERT_NE(NULL, s);
+	err.fd = eventfd(0, EFD_NONBLOCK);
+	ASSERT_LE(0, err.fd);
+	ASSERT_EQ(0, ioctl(self->b.fd, VHOST_SET_VRING_ERR, &err));
+	s->hdr.type = VIRTIO_BLK_T_IN;
+	s->status = 0xff;
+	{
+		struct vmm_seg segs[3] = {
+			{ &s->hdr, sizeof(s->hdr), false },
+			{ self->buf, 512, true },
+			{ &s->status, 1, true },
+		};
+
+		head = vmm_vq_add(vq, segs, 3, false, s);
+	}
+	ASSERT_LE(0, head);
+	/* Point the data descriptor far outside guest memory. */
+	d = &vq->vr.desc[vq->vr.desc[head].next];
+	d->addr = 0x7000000000ULL;
+	vmm_vq_kick(vq);
+	EXPECT_EQ(-1, vmm_vq_get_used(vq, NULL, NULL, 2000));
+	EXPECT_EQ(0xff, s->status);
+	usleep(100 * 1000);
+	EXPECT_EQ(8, read(err.fd, &v, sizeof(v))) TH_LOG("error eventfd not signalled");
+	/* The other rings keep working. */
+	EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&self->b, 1, VIRTIO_BLK_T_IN, 0,
+					      self->buf, 512));
+	close(err.fd);
+}
+
+VHOST_TEST_F(blk, all_queues_busy_each_on_its_worker, 300)
+{
+	unsigned int q, i, ids[4];
+	int tids[4];
+	long before[4];
+
+	for (q = 0; q < 4; q++) {
+		struct vhost_vring_worker w = { .index = q };
+		char comm[32], want[32];
+
+		ASSERT_EQ(0, ioctl(self->b.fd, VHOST_GET_VRING_WORKER, &w));
+		ids[q] = w.worker_id;
+		for (i = 0; i < q; i++)
+			EXPECT_NE(ids[i], ids[q]) TH_LOG("rings %u and %u share a worker", i, q);
+		if (ids[q])
+			snprintf(want, sizeof(want), "vhost-%d-%u", getpid(), ids[q]);
+		else
+			snprintf(want, sizeof(want), "vhost-%d", getpid());
+		tids[q] = -1;
+		{
+			int all[64], n = vmm_find_threads(want, all, 64), k;
+
+			for (k = 0; k < n; k++)
+				if (!vmm_thread_comm(all[k], comm, sizeof(comm)) &&
+				    !strcmp(comm, want))
+					tids[q] = all[k];
+		}
+		ASSERT_LT(0, tids[q]) TH_LOG("no thread %s", want);
+		before[q] = vmm_thread_cputime(tids[q]);
+	}
+	{
+		char path[64], line[128];
+		long cs[4], cs2[4];
+		FILE *f;
+
+		for (q = 0; q < 4; q++) {
+			snprintf(path, sizeof(path), "/proc/%d/status", tids[q]);
+			f = fopen(path, "r");
+			ASSERT_NE(NULL, f);
+			cs[q] = -1;
+			while (fgets(line, sizeof(line), f))
+				if (sscanf(line, "voluntary_ctxt_switches: %ld", &cs[q]) == 1)
+					break;
+			fclose(f);
+		}
+		for (i = 0; i < 20; i++) {
+			for (q = 0; q < 4; q++) {
+				unsigned int k;
+
+				for (k = 0; k < 32; k++)
+					ASSERT_LE(0, vmm_blk_post(&self->b, q, VIRTIO_BLK_T_IN,
+								  (q * 32 + k) * 8,
+								  (char *)self->buf + (q * 32 + k) % 256 * 4096,
+								  4096, 1, false, NULL));
+			}
+			for (q = 0; q < 4; q++)
+				vmm_vq_kick(&self->b.vq[q]);
+			for (q = 0; q < 4; q++) {
+				unsigned int k;
+
+				for (k = 0; k < 32; k++)
+					ASSERT_EQ(VIRTIO_BLK_S_OK,
+						  vmm_blk_reap(&self->b, q, NULL, NULL, 10000));
+			}
+		}
+		for (q = 0; q < 4; q++) {
+			snprintf(path, sizeof(path), "/proc/%d/status", tids[q]);
+			f = fopen(path, "r");
+			ASSERT_NE(NULL, f);
+			cs2[q] = -1;
+			while (fgets(line, sizeof(line), f))
+				if (sscanf(line, "voluntary_ctxt_switches: %ld", &cs2[q]) == 1)
+					break;
+			fclose(f);
+			TH_LOG("ring %u: worker %u (tid %d) woke %ld times, %llu ticks", q,
+			       ids[q], tids[q], cs2[q] - cs[q],
+			       vmm_thread_cputime(tids[q]) - before[q]);
+			/*
+			 * Every round the ring's worker goes idle once its
+			 * requests are done; a wake-up may cover a kick and
+			 * the completions before it.
+			 */
+			EXPECT_LE(cs[q] + 5, cs2[q]) TH_LOG("ring %u's worker did no work", q);
+		}
+	}
+}
+
+VHOST_TEST_F(blk, detach_and_swap_backend_under_load, 300)
+{
+	unsigned int round, k, q;
+	int fd2;
+
+	for (round = 0; round < 6; round++) {
+		for (q = 0; q < 4; q++)
+			for (k = 0; k < 32; k++) {
+				uint64_t sector = (q * 32 + k) * 8;
+				void *p = (char *)self->buf + (q * 32 + k) % 256 * 4096;
+
+				fill(p, 4096, sector, round);
+				ASSERT_LE(0, vmm_blk_post(&self->b, q, VIRTIO_BLK_T_OUT, sector,
+							  p, 4096, 1, false, NULL));
+			}
+		for (q = 0; q < 4; q++)
+			vmm_vq_kick(&self->b.vq[q]);
+		/* Detach while those are in flight, or swap to a new fd. */
+		if (round & 1) {
+			ASSERT_EQ(0, vmm_blk_set_backend(&self->b, -1));
+			usleep(50 * 1000);
+			ASSERT_EQ(0, vmm_blk_set_backend(&self->b, self->backing));
+		} else {
+			fd2 = dup(self->backing);
+			ASSERT_LE(0, fd2);
+			ASSERT_EQ(0, vmm_blk_set_backend(&self->b, fd2));
+			close(fd2);
+		}
+		for (q = 0; q < 4; q++)
+			for (k = 0; k < 32; k++)
+				ASSERT_EQ(VIRTIO_BLK_S_OK,
+					  vmm_blk_reap(&self->b, q, NULL, NULL, 10000))
+					TH_LOG("round %u ring %u: request lost or failed", round, q);
+		/* Every acknowledged write is in the store. */
+		for (k = 0; k < 128; k++) {
+			fill(self->buf, 4096, k * 8, round);
+			ASSERT_EQ(4096, store_read(self->check, self->buf2, 4096, k * 8));
+			ASSERT_EQ(0, memcmp(self->buf, self->buf2, 4096))
+				TH_LOG("round %u: write to sector %u lost", round, k * 8);
+		}
+	}
+}
+
+/* A read-only backend: writes fail, nothing reaches the store. */
+TEST(read_only_backend)
+{
+	struct vmm_blk b;
+	void *buf, *before, *after;
+	int img = make_image(), ro;
+
+	if (access("/dev/vhost-blk", F_OK))
+		SKIP(return, "/dev/vhost-blk missing (CONFIG_VHOST_BLK)");
+	ASSERT_LE(0, img);
+	before = malloc(8192);
+	after = malloc(8192);
+	fill(before, 8192, 0, 5);
+	ASSERT_EQ(8192, pwrite(img, before, 8192, 0));
+	ro = open(IMG, O_RDONLY);
+	ASSERT_LE(0, ro);
+	ASSERT_EQ(0, vmm_blk_open(&b, 1, 64, 1ULL << VIRTIO_F_VERSION_1, 4 << 20));
+	ASSERT_EQ(0, vmm_blk_set_backend(&b, ro));
+	buf = vmm_alloc(&b.vmm, 8192, 4096);
+	memset(buf, 0x11, 8192);
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, vmm_blk_do(&b, 0, VIRTIO_BLK_T_OUT, 0, buf, 8192));
+	ASSERT_LE(0, vmm_blk_post_dwz(&b, 0, VIRTIO_BLK_T_DISCARD, 0, 16, 0, NULL));
+	vmm_vq_kick(&b.vq[0]);
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, vmm_blk_reap(&b, 0, NULL, NULL, 10000));
+	ASSERT_LE(0, vmm_blk_post_dwz(&b, 0, VIRTIO_BLK_T_WRITE_ZEROES, 0, 16, 0, NULL));
+	vmm_vq_kick(&b.vq[0]);
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, vmm_blk_reap(&b, 0, NULL, NULL, 10000));
+	EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&b, 0, VIRTIO_BLK_T_IN, 0, buf, 8192));
+	EXPECT_EQ(0, memcmp(buf, before, 8192));
+	ASSERT_EQ(8192, pread(img, after, 8192, 0));
+	EXPECT_EQ(0, memcmp(before, after, 8192));
+	vmm_blk_close(&b);
+	close(ro);
+	close(img);
+	unlink(IMG);
+	free(before);
+	free(after);
+}
+
+TEST(set_backend_errors)
+{
+	struct vhost_blk_backend be = { .fd = -1 };
+	int fd = open("/dev/vhost-blk", O_RDWR), img;
+
+	if (fd < 0)
+		SKIP(return, "/dev/vhost-blk missing (CONFIG_VHOST_BLK)");
+	/* Before VHOST_SET_OWNER. */
+	EXPECT_EQ(-1, ioctl(fd, VHOST_BLK_SET_BACKEND, &be));
+	EXPECT_EQ(EPERM, errno);
+	ASSERT_EQ(0, ioctl(fd, VHOST_SET_OWNER, NULL));
+	be.flags = 1;
+	EXPECT_EQ(-1, ioctl(fd, VHOST_BLK_SET_BACKEND, &be));
+	EXPECT_EQ(EINVAL, errno);
+	be.flags = 0;
+	be.reserved[1] = 1;
+	EXPECT_EQ(-1, ioctl(fd, VHOST_BLK_SET_BACKEND, &be));
+	EXPECT_EQ(EINVAL, errno);
+	be.reserved[1] = 0;
+	be.fd = 1000;
+	EXPECT_EQ(-1, ioctl(fd, VHOST_BLK_SET_BACKEND, &be));
+	EXPECT_EQ(EBADF, errno);
+	be.fd = open("/dev/null", O_RDWR);	/* a character device */
+	EXPECT_EQ(-1, ioctl(fd, VHOST_BLK_SET_BACKEND, &be));
+	EXPECT_EQ(EINVAL, errno);
+	close(be.fd);
+	img = make_image();
+	be.fd = img;
+	EXPECT_EQ(0, ioctl(fd, VHOST_BLK_SET_BACKEND, &be));
+	be.fd = -1;
+	EXPECT_EQ(0, ioctl(fd, VHOST_BLK_SET_BACKEND, &be));
+	close(img);
+	unlink(IMG);
+	close(fd);
+}
+
+TEST(dirty_log_marks_exactly_the_pages_in_requests_wrote)
+{
+	uint64_t features = (1ULL << VIRTIO_F_VERSION_1) | (1ULL << VHOST_F_LOG_ALL);
+	const size_t mem = 8 << 20;
+	uint64_t base_page, log_base, i, nbits;
+	unsigned char *log, *data, *wbuf;
+	struct vmm_blk b;
+	unsigned long expect[8];
+	unsigned int nexp = 0, k;
+	int img = make_image();
+
+	if (access("/dev/vhost-blk", F_OK))
+		SKIP(return, "/dev/vhost-blk missing (CONFIG_VHOST_BLK)");
+	ASSERT_LE(0, img);
+	ASSERT_EQ(0, vmm_blk_open(&b, 1, 64, features, mem));
+	/* One bit per 4K guest page, from guest address 0. */
+	nbits = (VMM_GPA_BASE + mem) / 4096;
+	log = calloc(1, nbits / 8 + 8);
+	ASSERT_NE(NULL, log);
+	log_base = (uintptr_t)log;
+	ASSERT_EQ(0, ioctl(b.fd, VHOST_SET_LOG_BASE, &log_base));
+	ASSERT_EQ(0, vmm_blk_set_backend(&b, img));
+
+	data = vmm_alloc(&b.vmm, 4 * 4096, 4096);
+	wbuf = vmm_alloc(&b.vmm, 2 * 4096, 4096);
+	fill(wbuf, 8192, 0, 6);
+	/* An OUT request reads guest memory: it must not dirty anything. */
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&b, 0, VIRTIO_BLK_T_OUT, 0, wbuf, 8192));
+	memset(log, 0, nbits / 8 + 8);
+	/* An IN request into the 2nd and 3rd page of @data. */
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&b, 0, VIRTIO_BLK_T_IN, 0,
+					      data + 4096, 8192));
+	EXPECT_EQ(0, memcmp(data + 4096, wbuf, 8192));
+	base_page = VMM_GPA_BASE / 4096;
+	expect[nexp++] = vmm_gpa(&b.vmm, data + 4096) / 4096;
+	expect[nexp++] = vmm_gpa(&b.vmm, data + 8192) / 4096;
+	/* The status byte is guest memory the request wrote too. */
+	for (i = 0; i < 64; i++) {
+		struct vmm_blk_slot *s = b.free[0][i];
+
+		if (s->status == VIRTIO_BLK_S_OK)
+			expect[nexp++] = vmm_gpa(&b.vmm, &s->status) / 4096;
+	}
+	for (i = base_page; i < nbits; i++) {
+		bool set = log[i / 8] & (1 << (i % 8)), want = false;
+
+		for (k = 0; k < nexp; k++)
+			want |= expect[k] == i;
+		EXPECT_EQ(want, set) TH_LOG("page %#llx: logged %d, written %d",
+					    (unsigned long long)i, set, want);
+	}
+	vmm_blk_close(&b);
+	free(log);
+	close(img);
+	unlink(IMG);
+}
+
+TEST_HARNESS_MAIN
