@@ -15,6 +15,8 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <linux/loop.h>
 
 #include "../kselftest_harness.h"
@@ -674,6 +676,123 @@ TEST(dirty_log_marks_exactly_the_pages_in_requests_wrote)
 	free(log);
 	close(img);
 	unlink(IMG);
+}
+
+/* VIRTIO_F_ACCESS_PLATFORM: rings and buffers addressed through the IOTLB. */
+TEST(device_iotlb)
+{
+	uint64_t features = (1ULL << VIRTIO_F_VERSION_1) | (1ULL << VIRTIO_F_ACCESS_PLATFORM);
+	uint64_t backend_features = 1ULL << VHOST_BACKEND_F_IOTLB_MSG_V2;
+	struct vhost_msg_v2 msg = { .type = VHOST_IOTLB_MSG_V2 };
+	struct vhost_vring_addr a = { .index = 0 };
+	struct vmm_blk b;
+	void *buf, *buf2;
+	int img = make_image();
+
+	if (access("/dev/vhost-blk", F_OK))
+		SKIP(return, "/dev/vhost-blk missing (CONFIG_VHOST_BLK)");
+	ASSERT_LE(0, img);
+	ASSERT_EQ(0, vmm_blk_open(&b, 1, 64, features, 4 << 20));
+	ASSERT_EQ(0, ioctl(b.fd, VHOST_SET_BACKEND_FEATURES, &backend_features));
+	/* Map all of guest memory at its IOVA (= guest physical address). */
+	msg.iotlb.iova = VMM_GPA_BASE;
+	msg.iotlb.size = b.vmm.size;
+	msg.iotlb.uaddr = (uintptr_t)b.vmm.mem;
+	msg.iotlb.perm = VHOST_ACCESS_RW;
+	msg.iotlb.type = VHOST_IOTLB_UPDATE;
+	ASSERT_EQ(sizeof(msg), write(b.fd, &msg, sizeof(msg)));
+	/* Ring addresses are IOVAs now. */
+	a.desc_user_addr = vmm_gpa(&b.vmm, b.vq[0].vr.desc);
+	a.avail_user_addr = vmm_gpa(&b.vmm, b.vq[0].vr.avail);
+	a.used_user_addr = vmm_gpa(&b.vmm, b.vq[0].vr.used);
+	ASSERT_EQ(0, ioctl(b.fd, VHOST_SET_VRING_ADDR, &a));
+	ASSERT_EQ(0, vmm_blk_set_backend(&b, img));
+	buf = vmm_alloc(&b.vmm, 8192, 4096);
+	buf2 = vmm_alloc(&b.vmm, 8192, 4096);
+	fill(buf, 8192, 16, 7);
+	EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&b, 0, VIRTIO_BLK_T_OUT, 16, buf, 8192));
+	EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&b, 0, VIRTIO_BLK_T_IN, 16, buf2, 8192));
+	EXPECT_EQ(0, memcmp(buf, buf2, 8192));
+	ASSERT_EQ(8192, pread(img, buf2, 8192, 16 * 512));
+	EXPECT_EQ(0, memcmp(buf, buf2, 8192));
+	vmm_blk_close(&b);
+	close(img);
+	unlink(IMG);
+}
+
+static int owner_threads(pid_t pid)
+{
+	char want[32], comm[32];
+	int all[256], n, i, found = 0;
+
+	snprintf(want, sizeof(want), "vhost-%d", pid);
+	n = vmm_find_threads(want, all, 256);
+	for (i = 0; i < n; i++)
+		if (!vmm_thread_comm(all[i], comm, sizeof(comm)) &&
+		    (!strcmp(comm, want) ||
+		     (!strncmp(comm, want, strlen(want)) && comm[strlen(want)] == '-')))
+			found++;
+	return found;
+}
+
+TEST(kill_owner_with_io_in_flight)
+{
+	int p[2], status, tries, fd;
+	struct vmm_blk b;
+	void *buf;
+	pid_t pid;
+	char c;
+
+	if (access("/dev/vhost-blk", F_OK) || access(NULLB, F_OK))
+		SKIP(return, "/dev/vhost-blk or %s missing", NULLB);
+	ASSERT_EQ(0, pipe(p));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		unsigned int q, k = 0;
+		char *data;
+
+		fd = open(NULLB, O_RDWR | O_DIRECT);
+		if (fd < 0 || vmm_blk_open(&b, 2, 128, 1ULL << VIRTIO_F_VERSION_1, 16 << 20) ||
+		    vmm_blk_set_backend(&b, fd))
+			_exit(1);
+		data = vmm_alloc(&b.vmm, 128 * 4096, 4096);
+		if (!data || write(p[1], "x", 1) != 1)
+			_exit(1);
+		/* Keep both rings full of reads and writes until killed. */
+		for (;;) {
+			for (q = 0; q < 2; q++) {
+				while (vmm_blk_post(&b, q, k & 1 ? VIRTIO_BLK_T_OUT : VIRTIO_BLK_T_IN,
+						    (k % 1024) * 8, data + (k % 128) * 4096,
+						    4096, 1, false, NULL) >= 0)
+					k++;
+				vmm_vq_kick(&b.vq[q]);
+				while (vmm_blk_reap(&b, q, NULL, NULL, 0) >= 0)
+					;
+			}
+		}
+	}
+	close(p[1]);
+	ASSERT_EQ(1, read(p[0], &c, 1)) TH_LOG("child failed to set up");
+	close(p[0]);
+	ASSERT_EQ(2, owner_threads(pid));
+	usleep(300 * 1000);
+	ASSERT_EQ(0, kill(pid, SIGKILL));
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_TRUE(WIFSIGNALED(status));
+	for (tries = 0; tries < 100 && owner_threads(pid); tries++)
+		usleep(100 * 1000);
+	EXPECT_EQ(0, owner_threads(pid)) TH_LOG("worker threads outlived their owner");
+
+	/* The device opens again and serves I/O. */
+	fd = open(NULLB, O_RDWR | O_DIRECT);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, vmm_blk_open(&b, 1, 64, 1ULL << VIRTIO_F_VERSION_1, 4 << 20));
+	ASSERT_EQ(0, vmm_blk_set_backend(&b, fd));
+	buf = vmm_alloc(&b.vmm, 4096, 4096);
+	EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&b, 0, VIRTIO_BLK_T_IN, 0, buf, 4096));
+	vmm_blk_close(&b);
+	close(fd);
 }
 
 TEST_HARNESS_MAIN
