@@ -55,7 +55,7 @@ MODULE_PARM_DESC(worker_pool,
 		 "Workers for rings the VMM did not bind: 0 = one worker per ring, 1 = all rings on the device's default worker, N > 1 = a pool of N workers shared round-robin (default: 0)");
 
 #define VHOST_BLK_SECTOR_SHIFT	9
-#define VHOST_BLK_SECTOR_SIZE	(1 << VHOST_BLK_SECTOR_SHIFT)
+#define VHOST_BLK_SECTOR_SIZE	BIT(VHOST_BLK_SECTOR_SHIFT)
 /* Requests a ring serves per kick before it yields its worker. */
 #define VHOST_BLK_WEIGHT	256
 
