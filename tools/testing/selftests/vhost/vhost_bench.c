@@ -114,14 +114,29 @@ static int bench_blk(int argc, char **argv)
 
 	while ((opt = getopt(argc, argv, "d:q:D:s:b:p:w")) != -1) {
 		switch (opt) {
-		case 'd': dev = optarg; break;
-		case 'q': nq = atoi(optarg); break;
-		case 'D': depth = atoi(optarg); break;
-		case 's': secs = atoi(optarg); break;
-		case 'b': bs = atoi(optarg); break;
-		case 'p': policy = optarg; break;
-		case 'w': write = true; break;
-		default: return 2;
+		case 'd':
+			dev = optarg;
+			break;
+		case 'q':
+			nq = atoi(optarg);
+			break;
+		case 'D':
+			depth = atoi(optarg);
+			break;
+		case 's':
+			secs = atoi(optarg);
+			break;
+		case 'b':
+			bs = atoi(optarg);
+			break;
+		case 'p':
+			policy = optarg;
+			break;
+		case 'w':
+			write = true;
+			break;
+		default:
+			return 2;
 		}
 	}
 	if (!dev || !nq || nq > VHOST_BLK_MAX_QUEUES || depth * 2 > 256) {
@@ -170,8 +185,9 @@ static int bench_blk(int argc, char **argv)
 		errors += jobs[q].errors;
 	}
 	t1 = now();
-	printf("{\"path\":\"vhost-blk-%s\",\"queues\":%u,\"depth\":%u,\"bs\":%u,\"rw\":\"%s\","
-	       "\"iops\":%.0f,\"errors\":%llu,\"seconds\":%.2f}\n", policy, nq, depth, bs,
+	printf("{\"path\":\"vhost-blk-%s\",\"queues\":%u,\"depth\":%u,\"bs\":%u,",
+	       policy, nq, depth, bs);
+	printf("\"rw\":\"%s\",\"iops\":%.0f,\"errors\":%llu,\"seconds\":%.2f}\n",
 	       write ? "randwrite" : "randread", total / (t1 - t0), errors, t1 - t0);
 	vmm_blk_close(&b);
 	close(fd);
@@ -225,9 +241,8 @@ static int bench_net(int argc, char **argv)
 		vmm_vq_kick(&n.vq[VMM_NET_RX]);
 		vmm_net_tx_reap(&n);
 	}
-	printf("{\"path\":\"vhost-net-default-worker\",\"tx_pps\":%.0f,\"rx_pps\":%.0f,"
-	       "\"pps\":%.0f}\n", tx / (now() - t0), rx / (now() - t0),
-	       (tx + rx) / (now() - t0));
+	printf("{\"path\":\"vhost-net-default-worker\",\"tx_pps\":%.0f,", tx / (now() - t0));
+	printf("\"rx_pps\":%.0f,\"pps\":%.0f}\n", rx / (now() - t0), (tx + rx) / (now() - t0));
 	vmm_net_close(&n);
 	return 0;
 }

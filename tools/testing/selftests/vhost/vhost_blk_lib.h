@@ -9,14 +9,19 @@
 
 #include <linux/vhost_blk.h>
 #include <linux/virtio_blk.h>
+#include <stdalign.h>
 #include "vhost_vmm.h"
 
+/*
+ * 64-byte aligned: alignas on the first member aligns (and pads) the whole
+ * struct, as __aligned(64) on it would in the kernel.
+ */
 struct vmm_blk_slot {
-	struct virtio_blk_outhdr hdr;
+	alignas(64) struct virtio_blk_outhdr hdr;
 	struct virtio_blk_discard_write_zeroes dwz;
 	uint8_t status;
 	void *token;
-} __attribute__((aligned(64)));
+};
 
 struct vmm_blk {
 	struct vmm vmm;

@@ -119,12 +119,14 @@ FIXTURE_SETUP(blk)
 	const char *path = NULLB;
 	int flags = O_RDWR | (variant->direct ? O_DIRECT : 0), r;
 
-	self->backing = self->check = self->img = -1;
+	self->img = -1;
+	self->check = -1;
+	self->backing = -1;
 	self->loop[0] = 0;
 	if (access("/dev/vhost-blk", F_OK))
-		VHOST_SKIP("/dev/vhost-blk missing (CONFIG_VHOST_BLK)");
+		VHOST_SKIP(return, "/dev/vhost-blk missing (CONFIG_VHOST_BLK)");
 	if (variant->backend == BE_NULLB && access(NULLB, F_OK))
-		VHOST_SKIP("%s missing (null_blk.nr_devices=1)", NULLB);
+		VHOST_SKIP(return, "%s missing (null_blk.nr_devices=1)", NULLB);
 	if (variant->backend != BE_NULLB) {
 		self->img = make_image();
 		ASSERT_LE(0, self->img);
@@ -132,7 +134,7 @@ FIXTURE_SETUP(blk)
 	}
 	if (variant->backend == BE_LOOP) {
 		if (make_loop(self->img, self->loop, sizeof(self->loop)))
-			VHOST_SKIP("no loop device (CONFIG_BLK_DEV_LOOP)");
+			VHOST_SKIP(return, "no loop device (CONFIG_BLK_DEV_LOOP)");
 		path = self->loop;
 	}
 	self->backing = open(path, flags);
@@ -468,7 +470,8 @@ VHOST_TEST_F(blk, all_queues_busy_each_on_its_worker, 300)
 				for (k = 0; k < 32; k++)
 					ASSERT_LE(0, vmm_blk_post(&self->b, q, VIRTIO_BLK_T_IN,
 								  (q * 32 + k) * 8,
-								  (char *)self->buf + (q * 32 + k) % 256 * 4096,
+								  (char *)self->buf +
+								  (q * 32 + k) % 256 * 4096,
 								  4096, 1, false, NULL));
 			}
 			for (q = 0; q < 4; q++)
@@ -535,7 +538,8 @@ VHOST_TEST_F(blk, detach_and_swap_backend_under_load, 300)
 			for (k = 0; k < 32; k++)
 				ASSERT_EQ(VIRTIO_BLK_S_OK,
 					  vmm_blk_reap(&self->b, q, NULL, NULL, 10000))
-					TH_LOG("round %u ring %u: request lost or failed", round, q);
+					TH_LOG("round %u ring %u: request lost or failed",
+					       round, q);
 		/* Every acknowledged write is in the store. */
 		for (k = 0; k < 128; k++) {
 			fill(self->buf, 4096, k * 8, round);
@@ -762,7 +766,8 @@ TEST(kill_owner_with_io_in_flight)
 		/* Keep both rings full of reads and writes until killed. */
 		for (;;) {
 			for (q = 0; q < 2; q++) {
-				while (vmm_blk_post(&b, q, k & 1 ? VIRTIO_BLK_T_OUT : VIRTIO_BLK_T_IN,
+				while (vmm_blk_post(&b, q,
+						    k & 1 ? VIRTIO_BLK_T_OUT : VIRTIO_BLK_T_IN,
 						    (k % 1024) * 8, data + (k % 128) * 4096,
 						    4096, 1, false, NULL) >= 0)
 					k++;

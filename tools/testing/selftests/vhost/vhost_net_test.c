@@ -39,7 +39,7 @@ FIXTURE_SETUP(net)
 	int r = vmm_net_open(&self->n, 256, "vmqtap%d");
 
 	if (r == -ENOENT)
-		VHOST_SKIP("/dev/vhost-net or /dev/net/tun missing");
+		VHOST_SKIP(return, "/dev/vhost-net or /dev/net/tun missing");
 	ASSERT_EQ(0, r) TH_LOG("vmm_net_open: %s", strerror(-r));
 }
 
@@ -124,7 +124,7 @@ FIXTURE_SETUP(ring)
 {
 	self->fd = open("/dev/vhost-net", O_RDWR);
 	if (self->fd < 0 && errno == ENOENT)
-		VHOST_SKIP("/dev/vhost-net missing (CONFIG_VHOST_NET)");
+		VHOST_SKIP(return, "/dev/vhost-net missing (CONFIG_VHOST_NET)");
 	ASSERT_LE(0, self->fd);
 	ASSERT_EQ(0, vmm_init(&self->vmm, 1 << 20));
 }

@@ -10,12 +10,15 @@
  * TEST_F whose body does not run when FIXTURE_SETUP skipped: 6.1's harness
  * runs the body after a SKIP() in setup.  The fixture sets self->skipped
  * before skipping.
+ *
+ * struct _test_data_##fixture and struct _fixture_variant_##fixture are what
+ * the harness's FIXTURE_DATA(fixture) and FIXTURE_VARIANT(fixture) expand to.
  */
 #define VHOST_TEST_F(fixture, name, timeout)				\
 	static void fixture##_##name##_body(				\
 		struct __test_metadata *_metadata,			\
-		FIXTURE_DATA(fixture) *self,				\
-		const FIXTURE_VARIANT(fixture) *variant);		\
+		struct _test_data_##fixture *self,			\
+		const struct _fixture_variant_##fixture *variant);	\
 	TEST_F_TIMEOUT(fixture, name, timeout)				\
 	{								\
 		if (!self->skipped)					\
@@ -23,13 +26,16 @@
 	}								\
 	static void fixture##_##name##_body(				\
 		struct __test_metadata *_metadata,			\
-		FIXTURE_DATA(fixture) *self,				\
-		const FIXTURE_VARIANT(fixture) *variant)
+		struct _test_data_##fixture *self,			\
+		const struct _fixture_variant_##fixture *variant)
 
-/* Skip from FIXTURE_SETUP, saying why. */
-#define VHOST_SKIP(fmt, ...) do {					\
+/*
+ * Skip from FIXTURE_SETUP, saying why; like the harness's SKIP(), the caller
+ * passes the statement that leaves the setup (normally "return").
+ */
+#define VHOST_SKIP(statement, fmt, ...) do {				\
 		self->skipped = true;					\
-		SKIP(return, fmt, ##__VA_ARGS__);			\
+		SKIP(statement, fmt, ##__VA_ARGS__);			\
 	} while (0)
 
 #endif

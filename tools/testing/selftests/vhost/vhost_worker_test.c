@@ -162,7 +162,7 @@ FIXTURE_SETUP(dev)
 {
 	self->fd = open("/dev/vhost-net", O_RDWR);
 	if (self->fd < 0 && errno == ENOENT)
-		VHOST_SKIP("/dev/vhost-net missing (CONFIG_VHOST_NET)");
+		VHOST_SKIP(return, "/dev/vhost-net missing (CONFIG_VHOST_NET)");
 	ASSERT_LE(0, self->fd);
 }
 
@@ -417,7 +417,7 @@ FIXTURE_SETUP(traffic)
 	int r = vmm_net_open(&self->n, 256, "vmqwt%d");
 
 	if (r == -ENOENT)
-		VHOST_SKIP("/dev/vhost-net or /dev/net/tun missing");
+		VHOST_SKIP(return, "/dev/vhost-net or /dev/net/tun missing");
 	ASSERT_EQ(0, r);
 	ASSERT_EQ(0, vmm_net_post_rx(&self->n, 256));
 }
