@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <signal.h>
@@ -29,7 +30,11 @@
 #define IMG_SIZE	(64ULL << 20)
 #define QSIZE		128
 
-enum backend { BE_NULLB, BE_FILE, BE_LOOP };
+#define EXT4_DIR	"/tmp/vhost-blk-ext4"
+#define EXT4_IMG	EXT4_DIR "/disk.img"
+
+/* null_blk, a tmpfs file, a loop device, a file on ext4 (O_DIRECT works). */
+enum backend { BE_NULLB, BE_FILE, BE_LOOP, BE_EXT4_FILE };
 
 static void fill(void *buf, size_t len, uint64_t sector, unsigned int gen)
 {
@@ -100,6 +105,7 @@ FIXTURE(blk) {
 	int check;		/* the same store, for checking behind its back */
 	int img;
 	char loop[32];
+	bool mounted;
 	uint64_t sectors;
 	void *buf, *buf2;
 };
@@ -113,6 +119,7 @@ FIXTURE_VARIANT_ADD(blk, nullb_direct) { .backend = BE_NULLB, .direct = true };
 FIXTURE_VARIANT_ADD(blk, nullb_buffered) { .backend = BE_NULLB, .direct = false };
 FIXTURE_VARIANT_ADD(blk, loop_direct) { .backend = BE_LOOP, .direct = true };
 FIXTURE_VARIANT_ADD(blk, file_buffered) { .backend = BE_FILE, .direct = false };
+FIXTURE_VARIANT_ADD(blk, ext4_file_direct) { .backend = BE_EXT4_FILE, .direct = true };
 
 FIXTURE_SETUP(blk)
 {
@@ -132,10 +139,27 @@ FIXTURE_SETUP(blk)
 		ASSERT_LE(0, self->img);
 		path = IMG;
 	}
-	if (variant->backend == BE_LOOP) {
+	if (variant->backend == BE_LOOP || variant->backend == BE_EXT4_FILE) {
 		if (make_loop(self->img, self->loop, sizeof(self->loop)))
 			VHOST_SKIP(return, "no loop device (CONFIG_BLK_DEV_LOOP)");
 		path = self->loop;
+	}
+	if (variant->backend == BE_EXT4_FILE) {
+		char cmd[128];
+		int fd;
+
+		snprintf(cmd, sizeof(cmd), "mkfs.ext4 -q -F %s >/dev/null 2>&1", self->loop);
+		if (system(cmd))
+			VHOST_SKIP(return, "mkfs.ext4 failed (e2fsprogs missing?)");
+		mkdir(EXT4_DIR, 0755);
+		if (mount(self->loop, EXT4_DIR, "ext4", 0, NULL))
+			VHOST_SKIP(return, "cannot mount ext4 (CONFIG_EXT4_FS)");
+		self->mounted = true;
+		fd = open(EXT4_IMG, O_RDWR | O_CREAT | O_TRUNC, 0600);
+		ASSERT_LE(0, fd);
+		ASSERT_EQ(0, ftruncate(fd, 32 << 20));
+		close(fd);
+		path = EXT4_IMG;
 	}
 	self->backing = open(path, flags);
 	ASSERT_LE(0, self->backing) TH_LOG("open %s: %s", path, strerror(errno));
@@ -161,6 +185,8 @@ FIXTURE_TEARDOWN(blk)
 		close(self->backing);
 	if (self->check >= 0)
 		close(self->check);
+	if (self->mounted)
+		umount(EXT4_DIR);
 	if (self->loop[0])
 		drop_loop(self->loop);
 	if (self->img >= 0) {
