@@ -1,0 +1,47 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# The real guest path: the kernel's virtio_blk on a VDUSE device whose two
+# rings vduse_blk_bridge hands to vhost-blk (one worker per queue), backed by
+# a memory-backed null_blk.  fio writes with crc32c checksums, then reads
+# everything back and verifies it.  Exit 0 pass, 4 skip (kselftest).
+set -u
+dir=$(dirname "$(readlink -f "$0")")
+dev=/dev/nullb0
+skip() { echo "ok 1 vduse_fio_verify # SKIP $*"; exit 4; }
+
+echo "TAP version 13"
+echo "1..1"
+[ -e /dev/vhost-blk ] || skip "/dev/vhost-blk missing (CONFIG_VHOST_BLK)"
+[ -e /dev/vduse/control ] || skip "/dev/vduse/control missing (CONFIG_VDPA_USER)"
+[ -b $dev ] || skip "$dev missing (null_blk.nr_devices=1 null_blk.memory_backed=1)"
+command -v fio >/dev/null || skip "fio not installed"
+command -v vdpa >/dev/null || skip "vdpa (iproute2) not installed"
+
+"$dir/vduse_blk_bridge" -d $dev -n vmqverify -q 2 -p perqueue 2>&1 | sed 's/^/# /' &
+vd=
+for i in $(seq 1 100); do
+	vd=$(ls /sys/bus/vdpa/devices/vmqverify/virtio*/block 2>/dev/null | head -1)
+	[ -n "$vd" ] && [ -b "/dev/$vd" ] && break
+	sleep 0.2
+done
+rc=1
+if [ -z "$vd" ]; then
+	echo "# no /dev/vdX appeared"
+else
+	echo "# /dev/$vd: $(cat /sys/block/$vd/size) sectors, $(ls /sys/block/$vd/mq | wc -l) queue(s)"
+	echo "# vhost threads: $(ps -eo comm | grep vhost- | tr '\n' ' ')"
+	fio --name=verify --filename=/dev/$vd --direct=1 --ioengine=io_uring \
+		--rw=randwrite --bs=4k --size=32M --iodepth=16 --numjobs=2 \
+		--offset_increment=32M --verify=crc32c --verify_fatal=1 \
+		--group_reporting 2>&1 | sed 's/^/# /'
+	rc=${PIPESTATUS[0]}
+fi
+pkill -TERM -f "vduse_blk_bridge -d $dev -n vmqverify"
+wait
+if [ "$rc" = 0 ]; then
+	echo "ok 1 vduse_fio_verify"
+	exit 0
+fi
+echo "not ok 1 vduse_fio_verify # fio exit $rc"
+exit 1
