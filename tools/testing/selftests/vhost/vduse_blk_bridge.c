@@ -69,7 +69,6 @@ static struct {
 	int stop_relay;		/* eventfd: tells the relay thread to stop */
 	pthread_t relay;
 	bool running;
-	volatile sig_atomic_t quit;
 } br = { .name = "vhostblk0", .policy = "perqueue", .vhost = -1, .nq = 1 };
 
 static void die(const char *what)
@@ -284,8 +283,9 @@ static void start_vhost(void)
 	if (ioctl(br.vhost, VHOST_BLK_SET_BACKEND, &be))
 		die("VHOST_BLK_SET_BACKEND");
 	br.running = true;
-	fprintf(stderr, "vduse_blk_bridge: %s: %u queue(s) on vhost-blk (%s workers), %u IOVA region(s)\n",
-		br.name, br.nq, br.policy, br.nreg);
+	fprintf(stderr, "vduse_blk_bridge: %s: %u queue(s) on vhost-blk (%s workers)",
+		br.name, br.nq, br.policy);
+	fprintf(stderr, ", %u IOVA region(s)\n", br.nreg);
 }
 
 static void stop_vhost(void)
@@ -364,11 +364,6 @@ static void *messages(void *arg)
 	return NULL;
 }
 
-static void on_signal(int sig)
-{
-	br.quit = 1;
-}
-
 int main(int argc, char **argv)
 {
 	struct vduse_dev_config *cfg;
@@ -379,7 +374,8 @@ int main(int argc, char **argv)
 	pthread_t msg;
 	struct stat st;
 	unsigned int q;
-	int ctl, opt;
+	int ctl, opt, sig;
+	sigset_t sigs;
 
 	while ((opt = getopt(argc, argv, "d:n:q:p:h")) != -1) {
 		switch (opt) {
@@ -460,17 +456,18 @@ int main(int argc, char **argv)
 		if (ioctl(br.dev, VDUSE_VQ_SETUP, &vc))
 			die("VDUSE_VQ_SETUP");
 	}
+	/* SIGINT and SIGTERM end the run; threads inherit the mask. */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	pthread_create(&msg, NULL, messages, NULL);
 
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
 	snprintf(cmd, sizeof(cmd), "vdpa dev add name %s mgmtdev vduse", br.name);
-	if (run(cmd))
-		br.quit = 1;
-	else
+	if (!run(cmd)) {
 		fprintf(stderr, "vduse_blk_bridge: ready\n");
-	while (!br.quit)
-		pause();
+		sigwait(&sigs, &sig);
+	}
 
 	snprintf(cmd, sizeof(cmd), "vdpa dev del %s", br.name);
 	run(cmd);
