@@ -132,6 +132,7 @@ static void vhost_blk_req_free(struct vhost_blk *blk, struct vhost_blk_req *req)
 		fput(req->file);
 	kfree(req->log);
 	kfree(req);
+	/* Pairs with wait_event() in vhost_blk_stop_rings(). */
 	if (atomic_dec_and_test(&blk->inflight))
 		wake_up(&blk->drain_wq);
 }
@@ -242,8 +243,8 @@ static bool vhost_blk_range_ok(struct file *file, u64 sector, u64 len)
 	return sector <= capacity && len <= capacity - sector;
 }
 
-static u8 vhost_blk_discard_zeroes(struct vhost_blk_req *req, struct file *file,
-				   struct iov_iter *from, bool discard)
+static u8 vhost_blk_discard_zeroes(struct file *file, struct iov_iter *from,
+				   bool discard)
 {
 	struct virtio_blk_discard_write_zeroes seg;
 	size_t n = iov_iter_count(from);
@@ -385,7 +386,7 @@ static void vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 	case VIRTIO_BLK_T_WRITE_ZEROES:
 		if (!(file->f_mode & FMODE_WRITE))
 			goto err;
-		status = vhost_blk_discard_zeroes(req, file, &from,
+		status = vhost_blk_discard_zeroes(file, &from,
 						  type == VIRTIO_BLK_T_DISCARD);
 		break;
 	default:

@@ -452,43 +452,22 @@ VHOST_TEST_F(blk, all_queues_busy_each_on_its_worker, 300)
 
 	for (q = 0; q < 4; q++) {
 		struct vhost_vring_worker w = { .index = q };
-		char comm[32], want[32];
 
 		ASSERT_EQ(0, ioctl(self->b.fd, VHOST_GET_VRING_WORKER, &w));
 		ids[q] = w.worker_id;
 		for (i = 0; i < q; i++)
 			EXPECT_NE(ids[i], ids[q]) TH_LOG("rings %u and %u share a worker", i, q);
-		if (ids[q])
-			snprintf(want, sizeof(want), "vhost-%d-%u", getpid(), ids[q]);
-		else
-			snprintf(want, sizeof(want), "vhost-%d", getpid());
-		tids[q] = -1;
-		{
-			int all[64], n = vmm_find_threads(want, all, 64), k;
-
-			for (k = 0; k < n; k++)
-				if (!vmm_thread_comm(all[k], comm, sizeof(comm)) &&
-				    !strcmp(comm, want))
-					tids[q] = all[k];
-		}
-		ASSERT_LT(0, tids[q]) TH_LOG("no thread %s", want);
+		tids[q] = vmm_worker_tid(getpid(), ids[q]);
+		ASSERT_LT(0, tids[q]) TH_LOG("no thread for worker %u", ids[q]);
 		before[q] = vmm_thread_cputime(tids[q]);
 	}
 	{
-		char path[64], line[128];
 		unsigned long long ticks;
 		long cs[4], cs2[4];
-		FILE *f;
 
 		for (q = 0; q < 4; q++) {
-			snprintf(path, sizeof(path), "/proc/%d/status", tids[q]);
-			f = fopen(path, "r");
-			ASSERT_NE(NULL, f);
-			cs[q] = -1;
-			while (fgets(line, sizeof(line), f))
-				if (sscanf(line, "voluntary_ctxt_switches: %ld", &cs[q]) == 1)
-					break;
-			fclose(f);
+			cs[q] = vmm_thread_wakeups(tids[q]);
+			ASSERT_LE(0, cs[q]);
 		}
 		for (i = 0; i < 20; i++) {
 			for (q = 0; q < 4; q++) {
@@ -512,14 +491,8 @@ VHOST_TEST_F(blk, all_queues_busy_each_on_its_worker, 300)
 			}
 		}
 		for (q = 0; q < 4; q++) {
-			snprintf(path, sizeof(path), "/proc/%d/status", tids[q]);
-			f = fopen(path, "r");
-			ASSERT_NE(NULL, f);
-			cs2[q] = -1;
-			while (fgets(line, sizeof(line), f))
-				if (sscanf(line, "voluntary_ctxt_switches: %ld", &cs2[q]) == 1)
-					break;
-			fclose(f);
+			cs2[q] = vmm_thread_wakeups(tids[q]);
+			ASSERT_LE(0, cs2[q]);
 			ticks = vmm_thread_cputime(tids[q]) - before[q];
 			TH_LOG("ring %u: worker %u (tid %d) woke %ld times, %llu ticks", q,
 			       ids[q], tids[q], cs2[q] - cs[q], ticks);
@@ -752,21 +725,6 @@ TEST(device_iotlb)
 	unlink(IMG);
 }
 
-static int owner_threads(pid_t pid)
-{
-	char want[32], comm[32];
-	int all[256], n, i, found = 0;
-
-	snprintf(want, sizeof(want), "vhost-%d", pid);
-	n = vmm_find_threads(want, all, 256);
-	for (i = 0; i < n; i++)
-		if (!vmm_thread_comm(all[i], comm, sizeof(comm)) &&
-		    (!strcmp(comm, want) ||
-		     (!strncmp(comm, want, strlen(want)) && comm[strlen(want)] == '-')))
-			found++;
-	return found;
-}
-
 TEST(kill_owner_with_io_in_flight)
 {
 	int p[2], status, tries, fd;
@@ -808,14 +766,14 @@ TEST(kill_owner_with_io_in_flight)
 	close(p[1]);
 	ASSERT_EQ(1, read(p[0], &c, 1)) TH_LOG("child failed to set up");
 	close(p[0]);
-	ASSERT_EQ(2, owner_threads(pid));
+	ASSERT_EQ(2, vmm_owner_workers(pid, NULL, NULL, 64));
 	usleep(300 * 1000);
 	ASSERT_EQ(0, kill(pid, SIGKILL));
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	ASSERT_TRUE(WIFSIGNALED(status));
-	for (tries = 0; tries < 100 && owner_threads(pid); tries++)
+	for (tries = 0; tries < 100 && vmm_owner_workers(pid, NULL, NULL, 64); tries++)
 		usleep(100 * 1000);
-	EXPECT_EQ(0, owner_threads(pid)) TH_LOG("worker threads outlived their owner");
+	EXPECT_EQ(0, vmm_owner_workers(pid, NULL, NULL, 64)) TH_LOG("worker threads outlived their owner");
 
 	/* The device opens again and serves I/O. */
 	fd = open(NULLB, O_RDWR | O_DIRECT);

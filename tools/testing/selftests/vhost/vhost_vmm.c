@@ -335,3 +335,59 @@ unsigned long long vmm_thread_cputime(int tid)
 		return 0;
 	return ut + st;
 }
+
+long vmm_thread_wakeups(int tid)
+{
+	char path[64], line[128];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", tid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
+
+int vmm_owner_workers(pid_t pid, int *tids, char names[][32], int max)
+{
+	char prefix[32], comm[32];
+	int all[256], n, i, found = 0;
+	size_t len;
+
+	len = snprintf(prefix, sizeof(prefix), "vhost-%d", pid);
+	n = vmm_find_threads(prefix, all, 256);
+	for (i = 0; i < n && found < max; i++) {
+		if (vmm_thread_comm(all[i], comm, sizeof(comm)))
+			continue;
+		/* "vhost-12" must not match "vhost-123". */
+		if (comm[len] && comm[len] != '-')
+			continue;
+		if (tids)
+			tids[found] = all[i];
+		if (names)
+			snprintf(names[found], 32, "%s", comm);
+		found++;
+	}
+	return found;
+}
+
+int vmm_worker_tid(pid_t pid, unsigned int id)
+{
+	char want[32], names[64][32];
+	int tids[64], n, i;
+
+	if (id)
+		snprintf(want, sizeof(want), "vhost-%d-%u", pid, id);
+	else
+		snprintf(want, sizeof(want), "vhost-%d", pid);
+	n = vmm_owner_workers(pid, tids, names, 64);
+	for (i = 0; i < n; i++)
+		if (!strcmp(names[i], want))
+			return tids[i];
+	return -1;
+}

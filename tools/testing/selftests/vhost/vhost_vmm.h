@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <linux/vhost.h>
 #include <linux/virtio_ring.h>
 
@@ -84,9 +85,18 @@ int vmm_vq_get_used(struct vmm_vq *vq, uint32_t *len, void **token,
 /* Number of chains posted and not yet harvested. */
 unsigned int vmm_vq_in_flight(const struct vmm_vq *vq);
 
-/* Read /proc/<pid>/task/<tid>/{comm,stat} of kernel threads. */
+/* Kernel threads, from /proc/<tid>/{comm,stat,status}. */
 int vmm_find_threads(const char *prefix, int *tids, int max);
 unsigned long long vmm_thread_cputime(int tid);
 int vmm_thread_comm(int tid, char *buf, size_t len);
+/* Voluntary context switches (wake-ups after sleeping), or -1. */
+long vmm_thread_wakeups(int tid);
+/*
+ * vhost worker threads of owner @pid: "vhost-<pid>" and "vhost-<pid>-<id>".
+ * Fills up to @max tids and names (either may be NULL); returns the count.
+ */
+int vmm_owner_workers(pid_t pid, int *tids, char names[][32], int max);
+/* The tid of worker @id of owner @pid, or -1. */
+int vmm_worker_tid(pid_t pid, unsigned int id);
 
 #endif

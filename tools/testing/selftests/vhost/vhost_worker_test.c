@@ -26,62 +26,6 @@
 
 #define MAX_WORKERS_PARAM "/sys/module/vhost/parameters/max_workers"
 
-/* Worker threads of owner @pid: "vhost-<pid>" and "vhost-<pid>-<id>". */
-static int owner_workers(pid_t pid, int *tids, char names[][32], int max)
-{
-	char prefix[32], comm[32];
-	int all[256], n, i, found = 0;
-
-	n = vmm_find_threads("vhost-", all, 256);
-	snprintf(prefix, sizeof(prefix), "vhost-%d", pid);
-	for (i = 0; i < n && found < max; i++) {
-		if (vmm_thread_comm(all[i], comm, sizeof(comm)))
-			continue;
-		if (strcmp(comm, prefix) &&
-		    (strncmp(comm, prefix, strlen(prefix)) || comm[strlen(prefix)] != '-'))
-			continue;
-		if (tids)
-			tids[found] = all[i];
-		if (names)
-			snprintf(names[found], 32, "%s", comm);
-		found++;
-	}
-	return found;
-}
-
-static int worker_tid(pid_t pid, unsigned int id)
-{
-	char want[32], names[64][32];
-	int tids[64], n, i;
-
-	if (id)
-		snprintf(want, sizeof(want), "vhost-%d-%u", pid, id);
-	else
-		snprintf(want, sizeof(want), "vhost-%d", pid);
-	n = owner_workers(pid, tids, names, 64);
-	for (i = 0; i < n; i++)
-		if (!strcmp(names[i], want))
-			return tids[i];
-	return -1;
-}
-
-static long ctxt_switches(int tid)
-{
-	char path[64], line[128];
-	long v = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", tid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1)
-			break;
-	fclose(f);
-	return v;
-}
-
 static int new_worker(int fd, unsigned int *id)
 {
 	struct vhost_worker_state s = { .worker_id = 12345 };
@@ -177,9 +121,9 @@ VHOST_TEST_F(dev, default_is_one_worker_named_like_6_1, 30)
 	char names[8][32], want[32];
 	unsigned int id = ~0U;
 
-	ASSERT_EQ(0, owner_workers(getpid(), NULL, NULL, 8));
+	ASSERT_EQ(0, vmm_owner_workers(getpid(), NULL, NULL, 8));
 	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
-	ASSERT_EQ(1, owner_workers(getpid(), NULL, names, 8));
+	ASSERT_EQ(1, vmm_owner_workers(getpid(), NULL, names, 8));
 	snprintf(want, sizeof(want), "vhost-%d", getpid());
 	EXPECT_STREQ(want, names[0]);
 	ASSERT_EQ(0, get_worker(self->fd, 0, &id));
@@ -197,9 +141,9 @@ VHOST_TEST_F(dev, new_attach_get_free, 30)
 	ASSERT_EQ(0, new_worker(self->fd, &b));
 	EXPECT_EQ(1, a);
 	EXPECT_EQ(2, b);
-	ASSERT_EQ(3, owner_workers(getpid(), NULL, NULL, 8));
-	EXPECT_LT(0, worker_tid(getpid(), a));
-	EXPECT_LT(0, worker_tid(getpid(), b));
+	ASSERT_EQ(3, vmm_owner_workers(getpid(), NULL, NULL, 8));
+	EXPECT_LT(0, vmm_worker_tid(getpid(), a));
+	EXPECT_LT(0, vmm_worker_tid(getpid(), b));
 
 	ASSERT_EQ(0, attach(self->fd, 0, a));
 	ASSERT_EQ(0, attach(self->fd, 1, b));
@@ -212,9 +156,9 @@ VHOST_TEST_F(dev, new_attach_get_free, 30)
 	EXPECT_EQ(-EBUSY, free_worker(self->fd, a));
 	ASSERT_EQ(0, attach(self->fd, 1, a));
 	EXPECT_EQ(0, free_worker(self->fd, b));
-	EXPECT_EQ(-1, worker_tid(getpid(), b));
+	EXPECT_EQ(-1, vmm_worker_tid(getpid(), b));
 	EXPECT_EQ(0, free_worker(self->fd, 0));
-	EXPECT_EQ(1, owner_workers(getpid(), NULL, NULL, 8));
+	EXPECT_EQ(1, vmm_owner_workers(getpid(), NULL, NULL, 8));
 	EXPECT_EQ(-ENODEV, free_worker(self->fd, b));
 	/* Freed ids are reused. */
 	ASSERT_EQ(0, new_worker(self->fd, &id));
@@ -228,7 +172,7 @@ VHOST_TEST_F(dev, set_vring_worker_creates_or_binds, 30)
 	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
 	ASSERT_EQ(0, set_worker(self->fd, 1, &id));
 	EXPECT_EQ(1, id);
-	EXPECT_LT(0, worker_tid(getpid(), id));
+	EXPECT_LT(0, vmm_worker_tid(getpid(), id));
 	ASSERT_EQ(0, get_worker(self->fd, 1, &got));
 	EXPECT_EQ(id, got);
 	again = id;
@@ -236,7 +180,7 @@ VHOST_TEST_F(dev, set_vring_worker_creates_or_binds, 30)
 	EXPECT_EQ(id, again);
 	ASSERT_EQ(0, get_worker(self->fd, 0, &got));
 	EXPECT_EQ(id, got);
-	EXPECT_EQ(2, owner_workers(getpid(), NULL, NULL, 8));
+	EXPECT_EQ(2, vmm_owner_workers(getpid(), NULL, NULL, 8));
 	/* Binding to the worker a ring already has changes nothing. */
 	ASSERT_EQ(0, set_worker(self->fd, 0, &again));
 	EXPECT_EQ(-EBUSY, free_worker(self->fd, id));
@@ -252,7 +196,7 @@ VHOST_TEST_F(dev, errors_before_set_owner, 30)
 	EXPECT_EQ(-EINVAL, get_worker(self->fd, 0, &id));
 	id = VHOST_VRING_NEW_WORKER;
 	EXPECT_EQ(-EINVAL, set_worker(self->fd, 0, &id));
-	EXPECT_EQ(0, owner_workers(getpid(), NULL, NULL, 8));
+	EXPECT_EQ(0, vmm_owner_workers(getpid(), NULL, NULL, 8));
 }
 
 VHOST_TEST_F(dev, errors_bad_index_and_unknown_worker, 30)
@@ -264,7 +208,7 @@ VHOST_TEST_F(dev, errors_bad_index_and_unknown_worker, 30)
 	EXPECT_EQ(-ENOBUFS, get_worker(self->fd, 1000, &id));
 	id = VHOST_VRING_NEW_WORKER;
 	EXPECT_EQ(-ENOBUFS, set_worker(self->fd, 2, &id));
-	EXPECT_EQ(1, owner_workers(getpid(), NULL, NULL, 8))
+	EXPECT_EQ(1, vmm_owner_workers(getpid(), NULL, NULL, 8))
 		TH_LOG("a failed SET_VRING_WORKER left a thread behind");
 	EXPECT_EQ(-ENODEV, attach(self->fd, 0, 5));
 	EXPECT_EQ(-ENODEV, free_worker(self->fd, 5));
@@ -295,7 +239,7 @@ VHOST_TEST_F(dev, errors_non_owner, 30)
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	ASSERT_TRUE(WIFEXITED(status));
 	EXPECT_EQ(0, WEXITSTATUS(status));
-	EXPECT_EQ(1, owner_workers(getpid(), NULL, NULL, 8));
+	EXPECT_EQ(1, vmm_owner_workers(getpid(), NULL, NULL, 8));
 }
 
 VHOST_TEST_F(dev, cap_on_workers_per_device, 30)
@@ -313,7 +257,7 @@ VHOST_TEST_F(dev, cap_on_workers_per_device, 30)
 	EXPECT_EQ(-ENOSPC, new_worker(self->fd, &id));
 	id = VHOST_VRING_NEW_WORKER;
 	EXPECT_EQ(-ENOSPC, set_worker(self->fd, 0, &id));
-	EXPECT_EQ(3, owner_workers(getpid(), NULL, NULL, 8));
+	EXPECT_EQ(3, vmm_owner_workers(getpid(), NULL, NULL, 8));
 	/* Freeing one makes room again. */
 	EXPECT_EQ(0, free_worker(self->fd, 2));
 	EXPECT_EQ(0, new_worker(self->fd, &id));
@@ -338,7 +282,7 @@ VHOST_TEST_F(dev, drivers_without_support_answer_enotty, 30)
 	EXPECT_EQ(ENOTTY, errno);
 	EXPECT_EQ(-1, ioctl(fd, VHOST_SET_VRING_WORKER, &w));
 	EXPECT_EQ(ENOTTY, errno);
-	EXPECT_EQ(1, owner_workers(getpid(), NULL, NULL, 8));
+	EXPECT_EQ(1, vmm_owner_workers(getpid(), NULL, NULL, 8));
 	close(fd);
 }
 
@@ -351,16 +295,16 @@ VHOST_TEST_F(dev, workers_gone_after_close_and_reset, 30)
 	for (i = 0; i < 3; i++)
 		ASSERT_EQ(0, new_worker(self->fd, &id));
 	ASSERT_EQ(0, attach(self->fd, 1, 2));
-	ASSERT_EQ(4, owner_workers(getpid(), NULL, NULL, 8));
+	ASSERT_EQ(4, vmm_owner_workers(getpid(), NULL, NULL, 8));
 	ASSERT_EQ(0, ioctl(self->fd, VHOST_RESET_OWNER, NULL));
-	EXPECT_EQ(0, owner_workers(getpid(), NULL, NULL, 8));
+	EXPECT_EQ(0, vmm_owner_workers(getpid(), NULL, NULL, 8));
 	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
-	EXPECT_EQ(1, owner_workers(getpid(), NULL, NULL, 8));
+	EXPECT_EQ(1, vmm_owner_workers(getpid(), NULL, NULL, 8));
 	ASSERT_EQ(0, new_worker(self->fd, &id));
 	EXPECT_EQ(1, id);
 	close(self->fd);
 	self->fd = -1;
-	EXPECT_EQ(0, owner_workers(getpid(), NULL, NULL, 8));
+	EXPECT_EQ(0, vmm_owner_workers(getpid(), NULL, NULL, 8));
 }
 
 VHOST_TEST_F(dev, workers_join_owner_cgroup, 30)
@@ -384,7 +328,7 @@ VHOST_TEST_F(dev, workers_join_owner_cgroup, 30)
 
 	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
 	ASSERT_EQ(0, new_worker(self->fd, &id));
-	n = owner_workers(getpid(), tids, NULL, 8);
+	n = vmm_owner_workers(getpid(), tids, NULL, 8);
 	ASSERT_EQ(2, n);
 	snprintf(want, sizeof(want), "0::/vmq-worker-test\n");
 	for (i = 0; i < n; i++) {
@@ -513,19 +457,19 @@ VHOST_TEST_F(traffic, rx_and_tx_on_separate_workers, 600)
 	ASSERT_EQ(0, set_worker(self->n.fd, VMM_NET_RX, &rx_id));
 	ASSERT_EQ(0, set_worker(self->n.fd, VMM_NET_TX, &tx_id));
 	ASSERT_NE(rx_id, tx_id);
-	rx_tid = worker_tid(getpid(), rx_id);
-	tx_tid = worker_tid(getpid(), tx_id);
+	rx_tid = vmm_worker_tid(getpid(), rx_id);
+	tx_tid = vmm_worker_tid(getpid(), tx_id);
 	ASSERT_LT(0, rx_tid);
 	ASSERT_LT(0, tx_tid);
-	rx_cs = ctxt_switches(rx_tid);
-	tx_cs = ctxt_switches(tx_tid);
+	rx_cs = vmm_thread_wakeups(rx_tid);
+	tx_cs = vmm_thread_wakeups(tx_tid);
 	rx_t = vmm_thread_cputime(rx_tid);
 	tx_t = vmm_thread_cputime(tx_tid);
 
 	pump(_metadata, self, 2000, 64, -1);
 
-	rx_cs2 = ctxt_switches(rx_tid);
-	tx_cs2 = ctxt_switches(tx_tid);
+	rx_cs2 = vmm_thread_wakeups(rx_tid);
+	tx_cs2 = vmm_thread_wakeups(tx_tid);
 	TH_LOG("RX worker %d: %ld wakeups, %llu ticks; TX worker %d: %ld wakeups, %llu ticks",
 	       rx_tid, rx_cs2 - rx_cs, vmm_thread_cputime(rx_tid) - rx_t,
 	       tx_tid, tx_cs2 - tx_cs, vmm_thread_cputime(tx_tid) - tx_t);
@@ -581,14 +525,14 @@ VHOST_TEST_F(traffic, kill_owner_with_io_in_flight, 300)
 	close(p[1]);
 	ASSERT_EQ(1, read(p[0], &c, 1)) TH_LOG("child failed to set up");
 	close(p[0]);
-	ASSERT_EQ(3, owner_workers(pid, NULL, NULL, 8));
+	ASSERT_EQ(3, vmm_owner_workers(pid, NULL, NULL, 8));
 	usleep(300 * 1000);
 	ASSERT_EQ(0, kill(pid, SIGKILL));
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	ASSERT_TRUE(WIFSIGNALED(status));
-	for (tries = 0; tries < 100 && owner_workers(pid, NULL, NULL, 8); tries++)
+	for (tries = 0; tries < 100 && vmm_owner_workers(pid, NULL, NULL, 8); tries++)
 		usleep(100 * 1000);
-	EXPECT_EQ(0, owner_workers(pid, NULL, NULL, 8))
+	EXPECT_EQ(0, vmm_owner_workers(pid, NULL, NULL, 8))
 		TH_LOG("worker threads outlived their owner");
 	/* The fixture's own device, opened before, still carries traffic. */
 	pump(_metadata, self, 64, 32, -1);
