@@ -773,7 +773,8 @@ TEST(kill_owner_with_io_in_flight)
 	ASSERT_TRUE(WIFSIGNALED(status));
 	for (tries = 0; tries < 100 && vmm_owner_workers(pid, NULL, NULL, 64); tries++)
 		usleep(100 * 1000);
-	EXPECT_EQ(0, vmm_owner_workers(pid, NULL, NULL, 64)) TH_LOG("worker threads outlived their owner");
+	EXPECT_EQ(0, vmm_owner_workers(pid, NULL, NULL, 64))
+		TH_LOG("worker threads outlived their owner");
 
 	/* The device opens again and serves I/O. */
 	fd = open(NULLB, O_RDWR | O_DIRECT);
