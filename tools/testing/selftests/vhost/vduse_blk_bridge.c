@@ -11,7 +11,8 @@
  *     mmapped here and becomes a vhost memory region with GPA = IOVA;
  *   - ring addresses come from VDUSE_VQ_GET_INFO, translated the same way;
  *   - the kick eventfd VDUSE signals is vhost's kick eventfd;
- *   - vhost's call eventfds are relayed as VDUSE_VQ_INJECT_IRQ.
+ *   - vhost's call eventfds are relayed as VDUSE_VQ_INJECT_IRQ, one thread
+ *     per ring (VDUSE has no eventfd for interrupts).
  * On SIGINT/SIGTERM it removes the vdpa device, stops vhost-blk and destroys
  * the VDUSE device.
  */
@@ -66,8 +67,8 @@ static struct {
 	struct region reg[MAX_REGIONS];
 	unsigned int nreg;
 	int kick[VHOST_BLK_MAX_QUEUES], call[VHOST_BLK_MAX_QUEUES];
-	int stop_relay;		/* eventfd: tells the relay thread to stop */
-	pthread_t relay;
+	pthread_t relay[VHOST_BLK_MAX_QUEUES];
+	bool relaying[VHOST_BLK_MAX_QUEUES];
 	bool running;
 } br = { .name = "vhostblk0", .policy = "perqueue", .vhost = -1, .nq = 1 };
 
@@ -96,30 +97,19 @@ static void *hva(uint64_t iova)
 	return NULL;
 }
 
-/* Relay vhost's "used buffers" signals to the guest as VDUSE interrupts. */
+/*
+ * Relay ring @arg's "used buffers" signals from vhost to the guest as VDUSE
+ * interrupts.  One thread per ring, so rings served by different vhost
+ * workers are not serialised again here.  Cancelled in read().
+ */
 static void *relay(void *arg)
 {
-	struct pollfd p[VHOST_BLK_MAX_QUEUES + 1];
-	unsigned int i;
+	unsigned int q = (uintptr_t)arg;
 	uint64_t v;
 
-	for (i = 0; i < br.nq; i++)
-		p[i] = (struct pollfd){ .fd = br.call[i], .events = POLLIN };
-	p[br.nq] = (struct pollfd){ .fd = br.stop_relay, .events = POLLIN };
-	for (;;) {
-		if (poll(p, br.nq + 1, -1) < 0 && errno != EINTR)
-			break;
-		if (p[br.nq].revents)
-			break;
-		for (i = 0; i < br.nq; i++) {
-			if (!(p[i].revents & POLLIN))
-				continue;
-			if (read(br.call[i], &v, sizeof(v)) != sizeof(v))
-				continue;
-			if (ioctl(br.dev, VDUSE_VQ_INJECT_IRQ, &i))
-				perror("VDUSE_VQ_INJECT_IRQ");
-		}
-	}
+	while (read(br.call[q], &v, sizeof(v)) == sizeof(v))
+		if (ioctl(br.dev, VDUSE_VQ_INJECT_IRQ, &q))
+			perror("VDUSE_VQ_INJECT_IRQ");
 	return NULL;
 }
 
@@ -261,7 +251,7 @@ static void start_vhost(void)
 		if (ioctl(br.vhost, VHOST_SET_VRING_ADDR, &a))
 			die("VHOST_SET_VRING_ADDR");
 		br.kick[q] = eventfd(0, EFD_CLOEXEC);
-		br.call[q] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		br.call[q] = eventfd(0, EFD_CLOEXEC);
 		kick.fd = br.kick[q];
 		if (ioctl(br.dev, VDUSE_VQ_SETUP_KICKFD, &kick))
 			die("VDUSE_VQ_SETUP_KICKFD");
@@ -278,8 +268,10 @@ static void start_vhost(void)
 				die("VHOST_ATTACH_VRING_WORKER");
 		}
 	}
-	br.stop_relay = eventfd(0, EFD_CLOEXEC);
-	pthread_create(&br.relay, NULL, relay, NULL);
+	for (q = 0; q < br.nq; q++)
+		if (br.call[q] >= 0)
+			br.relaying[q] = !pthread_create(&br.relay[q], NULL, relay,
+							 (void *)(uintptr_t)q);
 	if (ioctl(br.vhost, VHOST_BLK_SET_BACKEND, &be))
 		die("VHOST_BLK_SET_BACKEND");
 	br.running = true;
@@ -290,7 +282,6 @@ static void start_vhost(void)
 
 static void stop_vhost(void)
 {
-	uint64_t one = 1;
 	unsigned int q, i;
 
 	if (!br.running)
@@ -299,16 +290,20 @@ static void stop_vhost(void)
 	/* Closing the device drains every request in flight. */
 	close(br.vhost);
 	br.vhost = -1;
-	if (write(br.stop_relay, &one, sizeof(one)) != sizeof(one))
-		perror("stop relay");
-	pthread_join(br.relay, NULL);
-	close(br.stop_relay);
 	for (q = 0; q < br.nq; q++) {
 		struct vduse_vq_eventfd kick = { .index = q, .fd = VDUSE_EVENTFD_DEASSIGN };
 
+		if (br.relaying[q]) {
+			pthread_cancel(br.relay[q]);
+			pthread_join(br.relay[q], NULL);
+			br.relaying[q] = false;
+		}
+		if (br.kick[q] < 0)
+			continue;
 		ioctl(br.dev, VDUSE_VQ_SETUP_KICKFD, &kick);
 		close(br.kick[q]);
 		close(br.call[q]);
+		br.kick[q] = br.call[q] = -1;
 	}
 	for (i = 0; i < br.nreg; i++)
 		munmap(br.reg[i].hva, br.reg[i].size);
@@ -401,6 +396,8 @@ int main(int argc, char **argv)
 		fputs(usage, stderr);
 		return 2;
 	}
+	for (q = 0; q < VHOST_BLK_MAX_QUEUES; q++)
+		br.kick[q] = br.call[q] = -1;
 	br.backing = open(path, O_RDWR | O_DIRECT);
 	if (br.backing < 0 || fstat(br.backing, &st))
 		die(path);
