@@ -303,7 +303,8 @@ static void stop_vhost(void)
 		ioctl(br.dev, VDUSE_VQ_SETUP_KICKFD, &kick);
 		close(br.kick[q]);
 		close(br.call[q]);
-		br.kick[q] = br.call[q] = -1;
+		br.kick[q] = -1;
+		br.call[q] = -1;
 	}
 	for (i = 0; i < br.nreg; i++)
 		munmap(br.reg[i].hva, br.reg[i].size);
@@ -396,8 +397,10 @@ int main(int argc, char **argv)
 		fputs(usage, stderr);
 		return 2;
 	}
-	for (q = 0; q < VHOST_BLK_MAX_QUEUES; q++)
-		br.kick[q] = br.call[q] = -1;
+	for (q = 0; q < VHOST_BLK_MAX_QUEUES; q++) {
+		br.kick[q] = -1;
+		br.call[q] = -1;
+	}
 	br.backing = open(path, O_RDWR | O_DIRECT);
 	if (br.backing < 0 || fstat(br.backing, &st))
 		die(path);

@@ -9,6 +9,10 @@
  *	DEPTH requests in flight on each of QUEUES rings, one driver thread
  *	per ring.  perqueue: each ring on its own worker (the default policy);
  *	shared: every ring bound to the device's default worker.
+ *   vhost_bench blk -d DEV -u SOCKET [...]
+ *	The same driver and load against a vhost-user-blk backend on unix
+ *	socket SOCKET (qemu-storage-daemon --export type=vhost-user-blk)
+ *	serving DEV; DEV only gives the capacity.
  *   vhost_bench net [-s SECONDS]
  *	frames/s through vhost-net over a tap with the default single worker:
  *	guest TX to the wire and wire to guest RX, 256-byte frames.
@@ -25,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <linux/fs.h>
 #include <linux/virtio_net.h>
 
@@ -101,7 +106,7 @@ static void *blk_job_run(void *arg)
 
 static int bench_blk(int argc, char **argv)
 {
-	const char *dev = NULL, *policy = "perqueue";
+	const char *dev = NULL, *policy = "perqueue", *sock = NULL;
 	unsigned int nq = 1, depth = 32, bs = 4096, secs = 5, q;
 	struct blk_job jobs[VHOST_BLK_MAX_QUEUES];
 	pthread_t th[VHOST_BLK_MAX_QUEUES];
@@ -109,10 +114,11 @@ static int bench_blk(int argc, char **argv)
 	bool write = false;
 	struct vmm_blk b;
 	uint64_t bytes;
+	struct stat st;
 	double t0, t1;
 	int opt, fd, r;
 
-	while ((opt = getopt(argc, argv, "d:q:D:s:b:p:w")) != -1) {
+	while ((opt = getopt(argc, argv, "d:q:D:s:b:p:u:w")) != -1) {
 		switch (opt) {
 		case 'd':
 			dev = optarg;
@@ -132,6 +138,9 @@ static int bench_blk(int argc, char **argv)
 		case 'p':
 			policy = optarg;
 			break;
+		case 'u':
+			sock = optarg;
+			break;
 		case 'w':
 			write = true;
 			break;
@@ -144,17 +153,27 @@ static int bench_blk(int argc, char **argv)
 		return 2;
 	}
 	fd = open(dev, O_RDWR | O_DIRECT);
-	if (fd < 0 || ioctl(fd, BLKGETSIZE64, &bytes)) {
+	if (fd < 0 || fstat(fd, &st)) {
 		perror(dev);
 		return 1;
 	}
-	r = vmm_blk_open(&b, nq, 256, 1ULL << VIRTIO_F_VERSION_1,
-			 (size_t)nq * depth * bs + (8 << 20));
-	if (r) {
-		fprintf(stderr, "vhost-blk: %s\n", strerror(-r));
+	bytes = st.st_size;
+	if (S_ISBLK(st.st_mode) && ioctl(fd, BLKGETSIZE64, &bytes)) {
+		perror("BLKGETSIZE64");
 		return 1;
 	}
-	if (!strcmp(policy, "shared")) {
+	if (sock) {
+		r = vmm_blk_open_user(&b, sock, nq, 256, 1ULL << VIRTIO_F_VERSION_1,
+				      (size_t)nq * depth * bs + (8 << 20));
+	} else {
+		r = vmm_blk_open(&b, nq, 256, 1ULL << VIRTIO_F_VERSION_1,
+				 (size_t)nq * depth * bs + (8 << 20));
+	}
+	if (r) {
+		fprintf(stderr, "%s: %s\n", sock ? sock : "vhost-blk", strerror(-r));
+		return 1;
+	}
+	if (!sock && !strcmp(policy, "shared")) {
 		/* Bind every ring to the default worker before it starts. */
 		for (q = 0; q < nq; q++) {
 			struct vhost_vring_worker w = { .index = q, .worker_id = 0 };
@@ -165,7 +184,7 @@ static int bench_blk(int argc, char **argv)
 			}
 		}
 	}
-	if (vmm_blk_set_backend(&b, fd)) {
+	if (!sock && vmm_blk_set_backend(&b, fd)) {
 		perror("VHOST_BLK_SET_BACKEND");
 		return 1;
 	}
@@ -185,8 +204,9 @@ static int bench_blk(int argc, char **argv)
 		errors += jobs[q].errors;
 	}
 	t1 = now();
-	printf("{\"path\":\"vhost-blk-%s\",\"queues\":%u,\"depth\":%u,\"bs\":%u,",
-	       policy, nq, depth, bs);
+	printf("{\"path\":\"%s\",\"queues\":%u,\"depth\":%u,\"bs\":%u,",
+	       sock ? "qsd-vhost-user" : !strcmp(policy, "shared") ?
+	       "vhost-blk-shared" : "vhost-blk-perqueue", nq, depth, bs);
 	printf("\"rw\":\"%s\",\"iops\":%.0f,\"errors\":%llu,\"seconds\":%.2f}\n",
 	       write ? "randwrite" : "randread", total / (t1 - t0), errors, t1 - t0);
 	vmm_blk_close(&b);

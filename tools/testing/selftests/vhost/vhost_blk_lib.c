@@ -12,12 +12,9 @@
 
 #include "vhost_blk_lib.h"
 
-int vmm_blk_open(struct vmm_blk *b, unsigned int nq, unsigned int qsize,
-		 uint64_t features, size_t mem_size)
+static void blk_reset(struct vmm_blk *b, unsigned int nq)
 {
-	uint64_t offered;
-	unsigned int q, i;
-	int r;
+	unsigned int q;
 
 	memset(b, 0, sizeof(*b));
 	for (q = 0; q < VHOST_BLK_MAX_QUEUES; q++) {
@@ -25,6 +22,34 @@ int vmm_blk_open(struct vmm_blk *b, unsigned int nq, unsigned int qsize,
 		b->vq[q].call = -1;
 	}
 	b->nq = nq;
+}
+
+/* Ring @q's request slots: a header and a status byte each. */
+static int blk_slots_init(struct vmm_blk *b, unsigned int q, unsigned int qsize)
+{
+	unsigned int i;
+
+	b->free[q] = calloc(qsize, sizeof(*b->free[q]));
+	if (!b->free[q])
+		return -ENOMEM;
+	for (i = 0; i < qsize; i++) {
+		b->free[q][i] = vmm_alloc(&b->vmm, sizeof(struct vmm_blk_slot), 64);
+		if (!b->free[q][i])
+			return -ENOMEM;
+		b->free[q][i]->status = 0xff;
+	}
+	b->nfree[q] = qsize;
+	return 0;
+}
+
+int vmm_blk_open(struct vmm_blk *b, unsigned int nq, unsigned int qsize,
+		 uint64_t features, size_t mem_size)
+{
+	uint64_t offered;
+	unsigned int q;
+	int r;
+
+	blk_reset(b, nq);
 	b->fd = open("/dev/vhost-blk", O_RDWR | O_CLOEXEC);
 	if (b->fd < 0)
 		return -errno;
@@ -46,20 +71,45 @@ int vmm_blk_open(struct vmm_blk *b, unsigned int nq, unsigned int qsize,
 		r = vmm_vq_init(&b->vmm, &b->vq[q], q, qsize);
 		if (!r)
 			r = vmm_vq_setup(&b->vq[q], b->fd);
+		if (!r)
+			r = blk_slots_init(b, q, qsize);
 		if (r)
 			return r;
-		b->free[q] = calloc(qsize, sizeof(*b->free[q]));
-		if (!b->free[q])
-			return -ENOMEM;
-		for (i = 0; i < qsize; i++) {
-			b->free[q][i] = vmm_alloc(&b->vmm, sizeof(struct vmm_blk_slot), 64);
-			if (!b->free[q][i])
-				return -ENOMEM;
-			b->free[q][i]->status = 0xff;
-		}
-		b->nfree[q] = qsize;
 	}
 	return 0;
+}
+
+int vmm_blk_open_user(struct vmm_blk *b, const char *path, unsigned int nq,
+		      unsigned int qsize, uint64_t features, size_t mem_size)
+{
+	uint64_t offered;
+	unsigned int q;
+	int r;
+
+	blk_reset(b, nq);
+	b->fd = vu_connect(path);
+	if (b->fd < 0)
+		return b->fd;
+	r = vu_get_features(b->fd, &offered);
+	if (r)
+		return r;
+	if ((features & offered) != features)
+		return -EOPNOTSUPP;
+	r = vu_set_owner(b->fd);
+	if (!r)
+		r = vu_set_features(b->fd, features);
+	if (!r)
+		r = vmm_init_shared(&b->vmm, mem_size);
+	if (!r)
+		r = vu_set_mem_table(b->fd, &b->vmm);
+	for (q = 0; !r && q < nq; q++) {
+		r = vmm_vq_init(&b->vmm, &b->vq[q], q, qsize);
+		if (!r)
+			r = blk_slots_init(b, q, qsize);
+		if (!r)
+			r = vu_vq_setup(b->fd, &b->vq[q]);
+	}
+	return r;
 }
 
 void vmm_blk_close(struct vmm_blk *b)

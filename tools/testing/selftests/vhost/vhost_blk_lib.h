@@ -11,6 +11,7 @@
 #include <linux/virtio_blk.h>
 #include <stdalign.h>
 #include "vhost_vmm.h"
+#include "vhost_user_lib.h"
 
 /*
  * 64-byte aligned: alignas on the first member aligns (and pads) the whole
@@ -35,6 +36,13 @@ struct vmm_blk {
 /* Open, own, negotiate @features, map @mem_size bytes, set up @nq rings. */
 int vmm_blk_open(struct vmm_blk *b, unsigned int nq, unsigned int qsize,
 		 uint64_t features, size_t mem_size);
+/*
+ * The same against a vhost-user-blk backend listening on unix socket
+ * @path instead of /dev/vhost-blk (b->fd is then the socket): the benchmark
+ * drives a userspace backend with the very same driver.
+ */
+int vmm_blk_open_user(struct vmm_blk *b, const char *path, unsigned int nq,
+		      unsigned int qsize, uint64_t features, size_t mem_size);
 void vmm_blk_close(struct vmm_blk *b);
 int vmm_blk_set_backend(struct vmm_blk *b, int fd);
 

@@ -35,11 +35,37 @@ int vmm_init(struct vmm *vmm, size_t size)
 	return 0;
 }
 
+int vmm_init_shared(struct vmm *vmm, size_t size)
+{
+	int fd = memfd_create("vmm-guest-ram", MFD_CLOEXEC);
+
+	memset(vmm, 0, sizeof(*vmm));
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, size)) {
+		close(fd);
+		return -errno;
+	}
+	vmm->mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	if (vmm->mem == MAP_FAILED) {
+		close(fd);
+		return -errno;
+	}
+	vmm->size = size;
+	vmm->gpa_base = VMM_GPA_BASE;
+	vmm->memfd = fd;
+	vmm->shared = true;
+	return 0;
+}
+
 void vmm_free(struct vmm *vmm)
 {
 	if (vmm->mem && vmm->mem != MAP_FAILED)
 		munmap(vmm->mem, vmm->size);
 	vmm->mem = NULL;
+	if (vmm->shared)
+		close(vmm->memfd);
+	vmm->shared = false;
 }
 
 void *vmm_alloc(struct vmm *vmm, size_t size, size_t align)

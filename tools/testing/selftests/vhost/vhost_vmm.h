@@ -27,6 +27,8 @@ struct vmm {
 	size_t size;
 	size_t brk;		/* bump allocator offset */
 	uint64_t gpa_base;
+	bool shared;		/* mem is memfd's (vmm_init_shared) */
+	int memfd;
 };
 
 /* One element of a descriptor chain, as the driver sees it. */
@@ -54,6 +56,8 @@ struct vmm_vq {
 };
 
 int vmm_init(struct vmm *vmm, size_t size);
+/* The same, in a memfd, for a backend in another process (vhost-user). */
+int vmm_init_shared(struct vmm *vmm, size_t size);
 void vmm_free(struct vmm *vmm);
 void *vmm_alloc(struct vmm *vmm, size_t size, size_t align);
 uint64_t vmm_gpa(const struct vmm *vmm, const void *p);
