@@ -38,24 +38,26 @@ int vmm_init(struct vmm *vmm, size_t size)
 int vmm_init_shared(struct vmm *vmm, size_t size)
 {
 	int fd = memfd_create("vmm-guest-ram", MFD_CLOEXEC);
+	int err;
 
 	memset(vmm, 0, sizeof(*vmm));
 	if (fd < 0)
 		return -errno;
-	if (ftruncate(fd, size)) {
-		close(fd);
-		return -errno;
-	}
+	if (ftruncate(fd, size))
+		goto err_close;
 	vmm->mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-	if (vmm->mem == MAP_FAILED) {
-		close(fd);
-		return -errno;
-	}
+	if (vmm->mem == MAP_FAILED)
+		goto err_close;
 	vmm->size = size;
 	vmm->gpa_base = VMM_GPA_BASE;
 	vmm->memfd = fd;
 	vmm->shared = true;
 	return 0;
+
+err_close:
+	err = -errno;
+	close(fd);
+	return err;
 }
 
 void vmm_free(struct vmm *vmm)
