@@ -23,7 +23,27 @@
  * Backend changes.  VHOST_BLK_SET_BACKEND detaches the rings from the old
  * file (no new request is taken), waits until every request in flight has
  * completed and been returned to the guest, then attaches the new file.
- * Each request holds a reference on the file it was submitted to.
+ * Each request holds a reference on the file it was submitted to.  The same
+ * drain ("quiesce") runs before anything that would make a request in flight
+ * wrong: a new memory table or an IOTLB invalidation (its guest addresses
+ * were translated at submission), and LOG_ALL switched on or off (it was
+ * submitted with or without dirty logging).  Waits on ioctl paths are
+ * killable; the release path waits for good.
+ *
+ * Teardown.  A completion may run in interrupt context or in a workqueue and
+ * race with the release of the device: it adds its request to the ring's
+ * list and queues the ring's work in one RCU read section, and the vhost core
+ * frees workers only after a grace period, so the worker and the device stay
+ * valid until the completion has finished queueing.
+ *
+ * The backend.  Only files with iter I/O in each direction they are open for,
+ * O_DIRECT only where the file supports it, and never O_APPEND (a guest
+ * write would land at the end of the file).  Reads and writes go through
+ * vfs_iocb_iter_read/write (rw_verify_area, fsnotify) and writes to regular
+ * files take freeze protection: a write to a frozen filesystem waits for the
+ * thaw.  DISCARD discards (block devices: REQ_OP_DISCARD; files: punch a
+ * hole) and never writes data; WRITE_ZEROES zeroes.  Both are bounded by
+ * the maximums in the uapi header, which the VMM advertises to the guest.
  *
  * Errors.  A request vhost-blk can parse but not serve (bad type, bad
  * length, out of range, I/O error, short I/O, read-only backend) completes
@@ -32,6 +52,7 @@
  * the memory table) stops the ring, as for every vhost device: vq_err()
  * signals the error eventfd.
  */
+#include <linux/blkdev.h>
 #include <linux/compat.h>
 #include <linux/falloc.h>
 #include <linux/file.h>
@@ -40,7 +61,9 @@
 #include <linux/miscdevice.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/rcupdate.h>
 #include <linux/slab.h>
+#include <linux/spinlock.h>
 #include <linux/uio.h>
 #include <linux/vhost.h>
 #include <linux/vhost_blk.h>
@@ -91,16 +114,20 @@ struct vhost_blk {
 	struct vhost_blk_vq vqs[VHOST_BLK_MAX_QUEUES];
 	/* Backing file, or NULL.  Under dev.mutex; rings see it as backend. */
 	struct file *backend;
+	/*
+	 * Rings must not start: an IOTLB invalidation is waiting for requests
+	 * in flight with dev.mutex dropped.  Under dev.mutex.
+	 */
+	unsigned int quiesced;
 	/* Requests submitted and not yet returned to the guest. */
 	atomic_t inflight;
 	/* Woken when inflight drops to zero. */
 	wait_queue_head_t drain_wq;
 	/* Worker ids of the worker_pool policy.  Under dev.mutex. */
 	u32 pool[VHOST_BLK_MAX_QUEUES];
-	/*
-	 * GET_ID answer.  Written under dev.mutex; a GET_ID racing with
-	 * VHOST_BLK_SET_SERIAL may see either serial.
-	 */
+	/* Protects serial: GET_ID reads it on a worker, SET_SERIAL writes it. */
+	spinlock_t serial_lock;
+	/* GET_ID answer.  A GET_ID racing with SET_SERIAL sees either one. */
 	u8 serial[VHOST_BLK_SERIAL_LEN];
 };
 
@@ -111,7 +138,7 @@ struct vhost_blk_req {
 	struct file *file;		/* reference held until completion */
 	u8 __user *status_ptr;		/* the request's status byte */
 	u64 len;			/* bytes a read or write must move */
-	u32 written;			/* bytes written into guest buffers */
+	u64 data_written;		/* data bytes written into guest buffers */
 	u16 head;
 	u8 status;
 	bool is_read;
@@ -144,22 +171,60 @@ static void vhost_blk_req_done(struct vhost_blk_req *req, u8 status)
 
 	req->status = status;
 	if (status != VIRTIO_BLK_S_OK)
-		req->written = 1;	/* only the status byte */
+		req->data_written = 0;	/* only the status byte */
+	/*
+	 * Once the request is on the list, the ring's worker may return it,
+	 * the drain may finish and the device be released.  The read section
+	 * keeps the worker and the device valid until the work is queued:
+	 * pairs with synchronize_rcu() before the vhost core frees workers
+	 * (vhost_workers_free()), which comes after the drain.
+	 */
+	rcu_read_lock();
 	llist_add(&req->node, &bvq->completed);
 	vhost_vq_work_queue(&bvq->vq, &bvq->complete_work);
+	rcu_read_unlock();
 }
 
 static void vhost_blk_rw_complete(struct kiocb *iocb, long ret)
 {
 	struct vhost_blk_req *req = container_of(iocb, struct vhost_blk_req, iocb);
 
+	/* Freeze protection taken in vhost_blk_rw(), handed over to us. */
+	if (iocb->ki_flags & IOCB_WRITE)
+		kiocb_end_write(iocb);
 	/* A short transfer is an error: the guest asked for all of it. */
 	if (ret < 0 || (u64)ret != req->len) {
 		vhost_blk_req_done(req, VIRTIO_BLK_S_IOERR);
 		return;
 	}
-	req->written = req->is_read ? req->len + 1 : 1;
+	if (req->is_read)
+		req->data_written = req->len;
 	vhost_blk_req_done(req, VIRTIO_BLK_S_OK);
+}
+
+/*
+ * Log what the device wrote into the guest for a request submitted under
+ * LOG_ALL: @data bytes from the start of the in part, and the status byte,
+ * which is the last byte of the last non-empty writable descriptor (each has
+ * a log entry, in order).
+ */
+static void vhost_blk_log(struct vhost_virtqueue *vq, struct vhost_log *log,
+			  unsigned int log_num, u64 data, struct iovec *in_iov,
+			  unsigned int in, u8 __user *status_ptr)
+{
+	struct iovec status_iov = {
+		.iov_base = status_ptr,
+		.iov_len = 1,
+	};
+	struct vhost_log status_log;
+
+	if (data)
+		vhost_log_write(vq, log, log_num, data, in_iov, in);
+	if (!log_num)
+		return;
+	status_log.addr = log[log_num - 1].addr + log[log_num - 1].len - 1;
+	status_log.len = 1;
+	vhost_log_write(vq, &status_log, 1, 1, &status_iov, 1);
 }
 
 static void vhost_blk_complete_work(struct vhost_work *work)
@@ -178,13 +243,19 @@ static void vhost_blk_complete_work(struct vhost_work *work)
 
 	mutex_lock(&vq->mutex);
 	llist_for_each_entry_safe(req, tmp, node, node) {
+		/* The used length is 32 bits; the log gets the whole count. */
+		u32 used_len = min_t(u64, req->data_written + 1, U32_MAX);
+
 		if (put_user(req->status, req->status_ptr))
 			vq_err(vq, "vhost-blk: cannot write status of request %u\n",
 			       req->head);
-		vhost_add_used(vq, req->head, req->written);
+		/* A read that failed may have written any of its buffer. */
 		if (unlikely(req->log_num))
-			vhost_log_write(vq, req->log, req->log_num, req->written,
-					req->iov + req->out, req->in);
+			vhost_blk_log(vq, req->log, req->log_num,
+				      req->is_read ? req->len : req->data_written,
+				      req->iov + req->out, req->in,
+				      req->status_ptr);
+		vhost_add_used(vq, req->head, used_len);
 		vhost_blk_req_free(blk, req);
 	}
 	vhost_signal(&blk->dev, vq);
@@ -205,15 +276,20 @@ static int vhost_blk_zero_fill(struct file *file, loff_t pos, u64 len)
 		if (!r)
 			return -EIO;
 		len -= r;
+		/* At most VHOST_BLK_MAX_WRITE_ZEROES_SECTORS: stay polite. */
+		cond_resched();
 	}
 	return 0;
 }
 
 /*
- * Make [pos, pos + len) read as zeroes.  With @unmap the space may be given
- * back (PUNCH_HOLE); without it, or where that is not supported, zero it.
+ * WRITE_ZEROES: make [pos, pos + len) read as zeroes.  With @unmap the space
+ * may be given back (PUNCH_HOLE, which on a block device is a write-zeroes
+ * that may unmap); without it, or where that is not supported, zero it.
+ * vfs_fallocate() and kernel_write() take freeze protection themselves.
  */
-static int vhost_blk_zero(struct file *file, loff_t pos, u64 len, bool unmap)
+static int vhost_blk_write_zeroes(struct file *file, loff_t pos, u64 len,
+				  bool unmap)
 {
 	int r;
 
@@ -229,6 +305,29 @@ static int vhost_blk_zero(struct file *file, loff_t pos, u64 len, bool unmap)
 	if (file->f_flags & O_DIRECT)
 		return r;
 	return vhost_blk_zero_fill(file, pos, len);
+}
+
+/*
+ * DISCARD: a hint that [pos, pos + len) is unused.  Never writes data: a
+ * block device gets REQ_OP_DISCARD (nothing when it cannot discard), a file
+ * gets a hole punched (nothing when the filesystem cannot punch holes).
+ */
+static int vhost_blk_discard(struct file *file, loff_t pos, u64 len)
+{
+	struct block_device *bdev;
+	int r;
+
+	if (S_ISBLK(file_inode(file)->i_mode)) {
+		bdev = I_BDEV(file->f_mapping->host);
+		if (!bdev_max_discard_sectors(bdev))
+			return 0;
+		return blkdev_issue_discard(bdev, pos >> VHOST_BLK_SECTOR_SHIFT,
+					    len >> VHOST_BLK_SECTOR_SHIFT,
+					    GFP_KERNEL);
+	}
+	r = vfs_fallocate(file, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			  pos, len);
+	return r == -EOPNOTSUPP ? 0 : r;
 }
 
 static bool vhost_blk_range_ok(struct file *file, u64 sector, u64 len)
@@ -248,24 +347,37 @@ static u8 vhost_blk_discard_zeroes(struct file *file, struct iov_iter *from,
 {
 	struct virtio_blk_discard_write_zeroes seg;
 	size_t n = iov_iter_count(from);
-	u64 sector, len;
-	u32 flags;
+	u32 flags, nsect, max;
+	loff_t pos;
+	u64 sector;
+	int r;
 
 	if (!n || n % sizeof(seg) ||
 	    n / sizeof(seg) > VHOST_BLK_MAX_DISCARD_SEG)
 		return VIRTIO_BLK_S_IOERR;
+	max = discard ? VHOST_BLK_MAX_DISCARD_SECTORS :
+			VHOST_BLK_MAX_WRITE_ZEROES_SECTORS;
 	while (iov_iter_count(from)) {
 		if (copy_from_iter(&seg, sizeof(seg), from) != sizeof(seg))
 			return VIRTIO_BLK_S_IOERR;
 		sector = le64_to_cpu(seg.sector);
-		len = (u64)le32_to_cpu(seg.num_sectors) << VHOST_BLK_SECTOR_SHIFT;
+		nsect = le32_to_cpu(seg.num_sectors);
 		flags = le32_to_cpu(seg.flags);
 		if (discard ? flags : flags & ~VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP)
 			return VIRTIO_BLK_S_UNSUPP;
-		if (!vhost_blk_range_ok(file, sector, len))
+		if (nsect > max ||
+		    !vhost_blk_range_ok(file, sector,
+					(u64)nsect << VHOST_BLK_SECTOR_SHIFT))
 			return VIRTIO_BLK_S_IOERR;
-		if (vhost_blk_zero(file, sector << VHOST_BLK_SECTOR_SHIFT, len,
-				   discard || (flags & VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP)))
+		pos = sector << VHOST_BLK_SECTOR_SHIFT;
+		if (discard)
+			r = vhost_blk_discard(file, pos,
+					      (u64)nsect << VHOST_BLK_SECTOR_SHIFT);
+		else
+			r = vhost_blk_write_zeroes(file, pos,
+						   (u64)nsect << VHOST_BLK_SECTOR_SHIFT,
+						   flags & VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP);
+		if (r)
 			return VIRTIO_BLK_S_IOERR;
 	}
 	return VIRTIO_BLK_S_OK;
@@ -284,10 +396,22 @@ static void vhost_blk_rw(struct vhost_blk_req *req, struct file *file,
 	/* Direct I/O is asynchronous: the worker does not wait for it. */
 	if (req->iocb.ki_flags & IOCB_DIRECT)
 		req->iocb.ki_complete = vhost_blk_rw_complete;
-	if (req->is_read)
-		ret = call_read_iter(file, &req->iocb, iter);
-	else
-		ret = call_write_iter(file, &req->iocb, iter);
+	if (req->is_read) {
+		ret = vfs_iocb_iter_read(file, &req->iocb, iter);
+	} else if (req->iocb.ki_flags & IOCB_APPEND) {
+		/* O_APPEND set with fcntl() after SET_BACKEND. */
+		ret = -EINVAL;
+	} else {
+		/*
+		 * Freeze protection: waits while the filesystem is frozen.
+		 * The completion, maybe in another context, drops it.
+		 */
+		if (S_ISREG(file_inode(file)->i_mode)) {
+			kiocb_start_write(&req->iocb);
+			req->iocb.ki_flags |= IOCB_WRITE;
+		}
+		ret = vfs_iocb_iter_write(file, &req->iocb, iter);
+	}
 	if (ret != -EIOCBQUEUED)
 		vhost_blk_rw_complete(&req->iocb, ret);
 }
@@ -302,6 +426,22 @@ static u8 __user *vhost_blk_status_ptr(struct iovec *iov, unsigned int in)
 	return NULL;
 }
 
+/*
+ * Fail a request that has no request structure (too many segments, no
+ * memory): write its status and return it at once, logging the status byte.
+ */
+static void vhost_blk_fail_now(struct vhost_virtqueue *vq, int head,
+			       unsigned int out, unsigned int in,
+			       unsigned int log_num, u8 __user *status_ptr)
+{
+	if (put_user((u8)VIRTIO_BLK_S_IOERR, status_ptr))
+		vq_err(vq, "vhost-blk: cannot write status\n");
+	if (unlikely(log_num))
+		vhost_blk_log(vq, vq->log, log_num, 0, vq->iov + out, in,
+			      status_ptr);
+	vhost_add_used_and_signal(vq->dev, vq, head, 1);
+}
+
 /* Take one request off the ring; its completion returns it to the guest. */
 static void vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 			     int head, unsigned int out, unsigned int in,
@@ -309,6 +449,7 @@ static void vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 {
 	struct vhost_virtqueue *vq = &bvq->vq;
 	struct vhost_blk *blk = vhost_blk_of(vq);
+	u8 id[VHOST_BLK_SERIAL_LEN];
 	struct virtio_blk_outhdr hdr;
 	struct vhost_blk_req *req;
 	struct iov_iter from, to;
@@ -326,13 +467,29 @@ static void vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 		vhost_add_used_and_signal(&blk->dev, vq, head, 0);
 		return;
 	}
+	/*
+	 * seg_max counts data descriptors (header and status are one each at
+	 * least); a descriptor may be several iovecs where it crosses memory
+	 * regions or IOTLB entries.  Checked before anything is allocated.
+	 */
+	if (vq->ndescs > VHOST_BLK_SEG_MAX + 2) {
+		vhost_blk_fail_now(vq, head, out, in, log_num, status_ptr);
+		return;
+	}
 
 	req = kzalloc(struct_size(req, iov, out + in), GFP_KERNEL);
 	if (!req) {
-		if (put_user((u8)VIRTIO_BLK_S_IOERR, status_ptr))
-			vq_err(vq, "vhost-blk: cannot write status\n");
-		vhost_add_used_and_signal(&blk->dev, vq, head, 1);
+		vhost_blk_fail_now(vq, head, out, in, log_num, status_ptr);
 		return;
+	}
+	if (unlikely(log_num)) {
+		req->log = kmemdup(vq->log, log_num * sizeof(*vq->log), GFP_KERNEL);
+		if (!req->log) {
+			kfree(req);
+			vhost_blk_fail_now(vq, head, out, in, log_num, status_ptr);
+			return;
+		}
+		req->log_num = log_num;
 	}
 	atomic_inc(&blk->inflight);
 	req->bvq = bvq;
@@ -341,14 +498,6 @@ static void vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 	req->in = in;
 	req->status_ptr = status_ptr;
 	memcpy(req->iov, vq->iov, (out + in) * sizeof(*req->iov));
-	if (unlikely(log_num)) {
-		req->log = kmemdup(vq->log, log_num * sizeof(*vq->log), GFP_KERNEL);
-		if (!req->log)
-			goto err;
-		req->log_num = log_num;
-	}
-	if (out + in > VHOST_BLK_SEG_MAX + 2)
-		goto err;
 
 	iov_iter_init(&from, WRITE, req->iov, out, iov_length(req->iov, out));
 	if (copy_from_iter(&hdr, sizeof(hdr), &from) != sizeof(hdr))
@@ -368,6 +517,7 @@ static void vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 		return;
 	case VIRTIO_BLK_T_OUT:
 		if (iov_iter_count(&to) || !(file->f_mode & FMODE_WRITE) ||
+		    (file->f_flags & O_APPEND) ||
 		    !vhost_blk_range_ok(file, sector, iov_iter_count(&from)))
 			goto err;
 		vhost_blk_rw(req, file, &from, sector << VHOST_BLK_SECTOR_SHIFT);
@@ -377,14 +527,17 @@ static void vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 		break;
 	case VIRTIO_BLK_T_GET_ID:
 		n = min_t(size_t, iov_iter_count(&to), VHOST_BLK_SERIAL_LEN);
-		if (copy_to_iter(blk->serial, n, &to) != n)
+		spin_lock(&blk->serial_lock);
+		memcpy(id, blk->serial, sizeof(id));
+		spin_unlock(&blk->serial_lock);
+		if (copy_to_iter(id, n, &to) != n)
 			goto err;
-		req->written = n + 1;
+		req->data_written = n;
 		status = VIRTIO_BLK_S_OK;
 		break;
 	case VIRTIO_BLK_T_DISCARD:
 	case VIRTIO_BLK_T_WRITE_ZEROES:
-		if (!(file->f_mode & FMODE_WRITE))
+		if (!(file->f_mode & FMODE_WRITE) || (file->f_flags & O_APPEND))
 			goto err;
 		status = vhost_blk_discard_zeroes(file, &from,
 						  type == VIRTIO_BLK_T_DISCARD);
@@ -393,8 +546,6 @@ static void vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 		status = VIRTIO_BLK_S_UNSUPP;
 		break;
 	}
-	if (status == VIRTIO_BLK_S_OK && !req->written)
-		req->written = 1;
 	vhost_blk_req_done(req, status);
 	return;
 err:
@@ -415,6 +566,9 @@ static void vhost_blk_handle_kick(struct vhost_work *work)
 	mutex_lock(&vq->mutex);
 	file = vhost_vq_get_backend(vq);
 	if (!file)
+		goto out;
+	/* Ring addresses translated once per kick (device IOTLB). */
+	if (!vq_meta_prefetch(vq))
 		goto out;
 	log = unlikely(vhost_has_feature(vq, VHOST_F_LOG_ALL)) ? vq->log : NULL;
 
@@ -478,55 +632,112 @@ static void vhost_blk_apply_worker_policy(struct vhost_blk *blk, int idx)
 }
 
 /*
- * Start every ring that is set up, has a kick and no backend yet, when the
- * device has one.  Called under dev.mutex after anything that may complete
- * a ring's setup.
+ * Start ring @i if it is set up, has a kick and no backend yet, and the
+ * device has a backend and is not quiesced.  Under dev.mutex.
+ */
+static void vhost_blk_start_ring(struct vhost_blk *blk, int i)
+{
+	struct vhost_virtqueue *vq = &blk->vqs[i].vq;
+	bool start = false;
+
+	mutex_lock(&vq->mutex);
+	if (!vhost_vq_get_backend(vq) && vq->kick && vhost_vq_is_setup(vq)) {
+		vhost_vq_set_backend(vq, blk->backend);
+		if (vhost_vq_init_access(vq)) {
+			vhost_vq_set_backend(vq, NULL);
+			vq_err(vq, "vhost-blk: ring %d inaccessible\n", i);
+		} else {
+			start = true;
+		}
+	}
+	mutex_unlock(&vq->mutex);
+	if (start) {
+		vhost_blk_apply_worker_policy(blk, i);
+		/* Serve what the guest queued before we started. */
+		vhost_poll_queue(&vq->poll);
+	}
+}
+
+/*
+ * Start every ring that can start.  Called under dev.mutex after anything
+ * that may complete a ring's setup or end a quiesce.
  */
 static void vhost_blk_start_rings(struct vhost_blk *blk)
 {
 	int i;
 
-	if (!blk->backend)
+	if (!blk->backend || blk->quiesced)
 		return;
-	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
-		struct vhost_virtqueue *vq = &blk->vqs[i].vq;
-		bool start = false;
-
-		mutex_lock(&vq->mutex);
-		if (!vhost_vq_get_backend(vq) && vq->kick && vhost_vq_is_setup(vq)) {
-			vhost_vq_set_backend(vq, blk->backend);
-			if (vhost_vq_init_access(vq)) {
-				vhost_vq_set_backend(vq, NULL);
-				vq_err(vq, "vhost-blk: ring %d inaccessible\n", i);
-			} else {
-				start = true;
-			}
-		}
-		mutex_unlock(&vq->mutex);
-		if (start) {
-			vhost_blk_apply_worker_policy(blk, i);
-			/* Serve what the guest queued before we started. */
-			vhost_poll_queue(&vq->poll);
-		}
-	}
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++)
+		vhost_blk_start_ring(blk, i);
 }
 
-/* Stop taking requests and wait for those in flight.  Under dev.mutex. */
-static void vhost_blk_stop_rings(struct vhost_blk *blk)
+/*
+ * Stop taking requests and wait until those in flight have been returned to
+ * the guest.  Under dev.mutex.  With @killable (ioctl paths) a fatal signal
+ * ends the wait with -EINTR and the rings already stopped start again; the
+ * release path waits for good.  A handler blocked under its ring's mutex (a
+ * write waiting for a frozen filesystem to thaw) holds up the stop too.
+ */
+static int vhost_blk_stop_rings(struct vhost_blk *blk, bool killable)
 {
-	int i;
+	int i, j;
 
+	if (!blk->backend)
+		return 0;	/* no ring has started: nothing in flight */
 	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
 		struct vhost_virtqueue *vq = &blk->vqs[i].vq;
 
-		mutex_lock(&vq->mutex);
+		if (!killable)
+			mutex_lock(&vq->mutex);
+		else if (mutex_lock_killable(&vq->mutex))
+			goto err_restart;
 		vhost_vq_set_backend(vq, NULL);
 		mutex_unlock(&vq->mutex);
 	}
-	/* Handlers hold vq->mutex while submitting: none is submitting now. */
-	wait_event(blk->drain_wq, !atomic_read(&blk->inflight));
+	/*
+	 * Handlers hold vq->mutex while submitting: none is submitting now.
+	 * Pairs with atomic_dec_and_test() in vhost_blk_req_free().
+	 */
+	if (!killable)
+		wait_event(blk->drain_wq, !atomic_read(&blk->inflight));
+	else if (wait_event_killable(blk->drain_wq,
+				     !atomic_read(&blk->inflight)))
+		goto err_restart;
 	/* Completion work that returned the last requests has finished too. */
 	vhost_dev_flush(&blk->dev);
+	return 0;
+
+err_restart:
+	if (!blk->quiesced)
+		for (j = 0; j < i; j++)
+			vhost_blk_start_ring(blk, j);
+	return -EINTR;
+}
+
+/*
+ * Whether @file can back a device: a block device or a regular file, open
+ * for reading, with iter I/O in each direction it is open for, O_DIRECT
+ * only where supported, not O_APPEND.
+ */
+static int vhost_blk_check_backend(struct file *file)
+{
+	umode_t mode = file_inode(file)->i_mode;
+
+	if (!S_ISBLK(mode) && !S_ISREG(mode))
+		return -EINVAL;
+	if (!(file->f_mode & FMODE_READ))
+		return -EBADF;
+	if (!(file->f_mode & FMODE_CAN_READ) || !file->f_op->read_iter)
+		return -EINVAL;
+	if ((file->f_mode & FMODE_WRITE) &&
+	    (!(file->f_mode & FMODE_CAN_WRITE) || !file->f_op->write_iter))
+		return -EINVAL;
+	if ((file->f_flags & O_DIRECT) && !(file->f_mode & FMODE_CAN_ODIRECT))
+		return -EINVAL;
+	if (file->f_flags & O_APPEND)
+		return -EINVAL;
+	return 0;
 }
 
 static long vhost_blk_set_backend(struct vhost_blk *blk,
@@ -546,26 +757,19 @@ static long vhost_blk_set_backend(struct vhost_blk *blk,
 	if (ret)
 		goto out_unlock;
 	if (b.fd != -1) {
-		umode_t mode;
-
 		file = fget(b.fd);
 		if (!file) {
 			ret = -EBADF;
 			goto out_unlock;
 		}
-		mode = file_inode(file)->i_mode;
-		if (!S_ISBLK(mode) && !S_ISREG(mode)) {
-			ret = -EINVAL;
+		ret = vhost_blk_check_backend(file);
+		if (ret)
 			goto out_fput;
-		}
-		if (!(file->f_mode & FMODE_READ) ||
-		    !(file->f_mode & FMODE_CAN_READ)) {
-			ret = -EBADF;
-			goto out_fput;
-		}
 	}
 
-	vhost_blk_stop_rings(blk);
+	ret = vhost_blk_stop_rings(blk, true);
+	if (ret)
+		goto out_fput;
 	if (blk->backend)
 		fput(blk->backend);
 	blk->backend = file;
@@ -574,7 +778,8 @@ static long vhost_blk_set_backend(struct vhost_blk *blk,
 	return 0;
 
 out_fput:
-	fput(file);
+	if (file)
+		fput(file);
 out_unlock:
 	mutex_unlock(&blk->dev.mutex);
 	return ret;
@@ -598,14 +803,18 @@ static long vhost_blk_set_serial(struct vhost_blk *blk,
 	}
 	mutex_lock(&blk->dev.mutex);
 	ret = vhost_dev_check_owner(&blk->dev);
-	if (!ret)
+	if (!ret) {
+		spin_lock(&blk->serial_lock);
 		memcpy(blk->serial, s.serial, sizeof(blk->serial));
+		spin_unlock(&blk->serial_lock);
+	}
 	mutex_unlock(&blk->dev.mutex);
 	return ret;
 }
 
 static int vhost_blk_set_features(struct vhost_blk *blk, u64 features)
 {
+	bool log_change;
 	int i, ret = 0;
 
 	if (features & ~VHOST_BLK_FEATURES)
@@ -622,6 +831,18 @@ static int vhost_blk_set_features(struct vhost_blk *blk, u64 features)
 		ret = -EFAULT;
 		goto out;
 	}
+	/*
+	 * Requests in flight were submitted with logging as it was: those
+	 * from before LOG_ALL would complete unlogged, those from before it
+	 * was cleared would write a log the VMM may have freed.
+	 */
+	log_change = !!(features & (1ULL << VHOST_F_LOG_ALL)) !=
+		     vhost_has_feature(&blk->vqs[0].vq, VHOST_F_LOG_ALL);
+	if (log_change) {
+		ret = vhost_blk_stop_rings(blk, true);
+		if (ret)
+			goto out;
+	}
 	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
 		struct vhost_virtqueue *vq = &blk->vqs[i].vq;
 
@@ -629,6 +850,8 @@ static int vhost_blk_set_features(struct vhost_blk *blk, u64 features)
 		vq->acked_features = features;
 		mutex_unlock(&vq->mutex);
 	}
+	if (log_change)
+		vhost_blk_start_rings(blk);
 out:
 	mutex_unlock(&blk->dev.mutex);
 	return ret;
@@ -659,7 +882,11 @@ static long vhost_blk_reset_owner(struct vhost_blk *blk)
 		ret = -ENOMEM;
 		goto out;
 	}
-	vhost_blk_stop_rings(blk);
+	ret = vhost_blk_stop_rings(blk, true);
+	if (ret) {
+		vhost_iotlb_free(umem);
+		goto out;
+	}
 	vhost_dev_stop(&blk->dev);
 	vhost_dev_reset_owner(&blk->dev, umem);
 	if (blk->backend)
@@ -671,14 +898,61 @@ out:
 	return ret;
 }
 
+/*
+ * VHOST_SET_MEM_TABLE: requests in flight hold guest addresses translated
+ * with the old table; let them finish before it goes.  Under dev.mutex.
+ */
+static long vhost_blk_set_mem_table(struct vhost_blk *blk, void __user *argp)
+{
+	long r;
+
+	r = vhost_dev_check_owner(&blk->dev);
+	if (r)
+		return r;
+	r = vhost_blk_stop_rings(blk, true);
+	if (r)
+		return r;
+	r = vhost_dev_ioctl(&blk->dev, VHOST_SET_MEM_TABLE, argp);
+	vhost_blk_start_rings(blk);
+	return r;
+}
+
+/*
+ * IOTLB messages.  An invalidation revokes addresses that requests in flight
+ * may have translated: stop the rings and wait for those requests first.
+ * vhost_process_iotlb_msg() takes dev.mutex itself; quiesced keeps the rings
+ * stopped meanwhile.
+ */
+static int vhost_blk_iotlb_msg(struct vhost_dev *dev, u32 asid,
+			       struct vhost_iotlb_msg *msg)
+{
+	struct vhost_blk *blk = container_of(dev, struct vhost_blk, dev);
+	int ret;
+
+	if (msg->type != VHOST_IOTLB_INVALIDATE)
+		return vhost_process_iotlb_msg(dev, asid, msg);
+
+	mutex_lock(&dev->mutex);
+	blk->quiesced++;
+	ret = vhost_blk_stop_rings(blk, true);
+	mutex_unlock(&dev->mutex);
+	if (!ret)
+		ret = vhost_process_iotlb_msg(dev, asid, msg);
+	mutex_lock(&dev->mutex);
+	blk->quiesced--;
+	vhost_blk_start_rings(blk);
+	mutex_unlock(&dev->mutex);
+	return ret;
+}
+
 static long vhost_blk_ioctl(struct file *f, unsigned int ioctl,
 			    unsigned long arg)
 {
 	struct vhost_blk *blk = f->private_data;
 	void __user *argp = (void __user *)arg;
 	u64 __user *featurep = argp;
+	struct vhost_virtqueue *bound;
 	u64 features;
-	u32 idx;
 	long r;
 
 	switch (ioctl) {
@@ -710,14 +984,15 @@ static long vhost_blk_ioctl(struct file *f, unsigned int ioctl,
 	}
 
 	mutex_lock(&blk->dev.mutex);
-	r = vhost_worker_ioctl(&blk->dev, ioctl, argp);
+	r = vhost_worker_ioctl(&blk->dev, ioctl, argp, &bound);
 	if (r != -ENOIOCTLCMD) {
 		/* A ring the VMM placed keeps its place. */
-		if (!r && (ioctl == VHOST_ATTACH_VRING_WORKER ||
-			   ioctl == VHOST_SET_VRING_WORKER) &&
-		    !get_user(idx, (u32 __user *)argp) &&
-		    idx < VHOST_BLK_MAX_QUEUES)
-			blk->vqs[idx].user_bound = true;
+		if (!r && bound)
+			container_of(bound, struct vhost_blk_vq, vq)->user_bound = true;
+		goto out;
+	}
+	if (ioctl == VHOST_SET_MEM_TABLE) {
+		r = vhost_blk_set_mem_table(blk, argp);
 		goto out;
 	}
 	r = vhost_dev_ioctl(&blk->dev, ioctl, argp);
@@ -755,10 +1030,11 @@ static int vhost_blk_open(struct inode *inode, struct file *f)
 	}
 	atomic_set(&blk->inflight, 0);
 	init_waitqueue_head(&blk->drain_wq);
+	spin_lock_init(&blk->serial_lock);
 	strscpy(blk->serial, "vhost-blk", sizeof(blk->serial));
 	vhost_blk_reset_policy(blk);
 	vhost_dev_init(&blk->dev, vqs, VHOST_BLK_MAX_QUEUES, UIO_MAXIOV,
-		       VHOST_BLK_WEIGHT, 0, true, NULL);
+		       VHOST_BLK_WEIGHT, 0, true, vhost_blk_iotlb_msg);
 	f->private_data = blk;
 	return 0;
 }
@@ -768,9 +1044,10 @@ static int vhost_blk_release(struct inode *inode, struct file *f)
 	struct vhost_blk *blk = f->private_data;
 
 	mutex_lock(&blk->dev.mutex);
-	vhost_blk_stop_rings(blk);
+	vhost_blk_stop_rings(blk, false);
 	mutex_unlock(&blk->dev.mutex);
 	vhost_dev_stop(&blk->dev);
+	/* Frees the workers after an RCU grace period; see req_done. */
 	vhost_dev_cleanup(&blk->dev);
 	if (blk->backend)
 		fput(blk->backend);

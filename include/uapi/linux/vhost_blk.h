@@ -41,7 +41,10 @@
  * @fd: a block device or a regular file, or -1 to detach.  Opened
  *	O_DIRECT, requests are submitted as asynchronous direct I/O; otherwise
  *	they go through the page cache.  Opened read-only, every write-type
- *	request fails with VIRTIO_BLK_S_IOERR.
+ *	request fails with VIRTIO_BLK_S_IOERR.  The file must support iter I/O
+ *	in each direction it is open for, and O_DIRECT if opened with it; it
+ *	must not be O_APPEND (write-type requests fail if O_APPEND is set
+ *	later).
  * @flags: must be 0.
  * @reserved: must be 0.
  */
@@ -63,9 +66,12 @@ struct vhost_blk_serial {
  * Set or replace the backing store; fd -1 detaches it.  In-flight requests
  * complete against the old backend before the call returns; requests the
  * guest queues meanwhile wait in their rings and are served by the new one.
- * -EBADF for a bad fd, -EINVAL for an fd that is neither a block device nor a
- * regular file, for non-zero flags or reserved fields, -EPERM from a process
- * that is not the owner (or before VHOST_SET_OWNER).
+ * -EBADF for a bad fd or one not open for reading, -EINVAL for an fd that is
+ * neither a block device nor a regular file, that lacks iter I/O for a
+ * direction it is open for, that is O_DIRECT without support or O_APPEND,
+ * for non-zero flags or reserved fields, -EPERM from a process that is not
+ * the owner (or before VHOST_SET_OWNER), -EINTR when a fatal signal ends the
+ * wait for requests in flight.
  */
 #define VHOST_BLK_SET_BACKEND	_IOW(VHOST_VIRTIO, 0x50, struct vhost_blk_backend)
 /*
