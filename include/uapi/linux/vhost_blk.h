@@ -25,14 +25,14 @@
  * Sectors one DISCARD segment may cover (virtio-blk max_discard_sectors):
  * 1 GiB.  A longer segment fails with VIRTIO_BLK_S_IOERR.
  */
-#define VHOST_BLK_MAX_DISCARD_SECTORS	(1U << 21)
+#define VHOST_BLK_MAX_DISCARD_SECTORS	0x200000U
 /*
  * Sectors one WRITE_ZEROES segment may cover (virtio-blk
  * max_write_zeroes_sectors): 32 MiB, so that a worker zeroing a backend
  * without a zeroing offload is busy for a bounded time.  A longer segment
  * fails with VIRTIO_BLK_S_IOERR.
  */
-#define VHOST_BLK_MAX_WRITE_ZEROES_SECTORS	(1U << 16)
+#define VHOST_BLK_MAX_WRITE_ZEROES_SECTORS	0x10000U
 /* Bytes of the serial GET_ID returns (VIRTIO_BLK_ID_BYTES). */
 #define VHOST_BLK_SERIAL_LEN	20
 

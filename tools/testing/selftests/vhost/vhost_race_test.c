@@ -63,6 +63,8 @@
 /* How long a request may take once its ring runs. */
 #define REAP_MS		10000
 #define PATTERN_MAGIC	0x76726163	/* "vrac" */
+/* Counting threads scans /proc, slow under TCG: every few iterations. */
+#define COUNT_EVERY	4
 
 static const uint64_t features = 1ULL << VIRTIO_F_VERSION_1;
 
@@ -275,11 +277,12 @@ static void *writer(void *arg)
 	while (!__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE)) {
 		post_all(st);
 		__atomic_store_n(&st->started, 1, __ATOMIC_RELEASE);
+		/* Clear the call eventfds before harvesting, not after. */
 		if (poll(p, NQ, 2) > 0)
 			for (q = 0; q < NQ; q++)
-				if (p[q].revents & POLLIN &&
+				if ((p[q].revents & POLLIN) &&
 				    read(p[q].fd, &v, sizeof(v)) < 0)
-					continue;
+					v = 0;	/* harvested below anyway */
 		for (q = 0; q < NQ; q++)
 			while (reap_one(st, q, 0))
 				;
@@ -588,6 +591,11 @@ static int bound_workers(int fd, unsigned int *bind)
 	return distinct(bind, VHOST_BLK_MAX_QUEUES);
 }
 
+static bool counting(FIXTURE_DATA(race) * self)
+{
+	return self->iterations % COUNT_EVERY == 0;
+}
+
 static void summary(struct __test_metadata *_metadata,
 		    FIXTURE_DATA(race) * self)
 {
@@ -618,15 +626,17 @@ VHOST_TEST_F(race, close_fd, TEST_TIMEOUT)
 		ASSERT_EQ(0, r) TH_LOG("device setup: %s", strerror(-r));
 		n = bound_workers(self->b.fd, bind);
 		ASSERT_LT(0, n);
-		ASSERT_EQ(n, workers_settle(n));
+		if (counting(self))
+			ASSERT_EQ(n, workers_settle(n));
 		ASSERT_EQ(0, stream_start(self));
-		rnd_delay(&self->rng, 5000);
+		rnd_delay(&self->rng, 20000);
 		ASSERT_EQ(0, close(self->b.fd));
 		self->b.fd = -1;
 		rnd_delay(&self->rng, 1000);
 		stream_end(self, false);
 		check_store(_metadata, self, "close");
-		EXPECT_EQ(0, workers_settle(0)) TH_LOG("workers outlived close()");
+		if (counting(self))
+			EXPECT_EQ(0, workers_settle(0)) TH_LOG("workers outlived close()");
 		vmm_blk_close(&self->b);
 		self->open = false;
 		lanes_forget(self);
@@ -691,9 +701,10 @@ VHOST_TEST_F(race, reset_owner, TEST_TIMEOUT)
 	while (!self->iterations || time_left(self)) {
 		n = bound_workers(self->b.fd, bind);
 		ASSERT_LT(0, n);
-		ASSERT_EQ(n, workers_settle(n));
+		if (counting(self))
+			ASSERT_EQ(n, workers_settle(n));
 		ASSERT_EQ(0, stream_start(self));
-		rnd_delay(&self->rng, 5000);
+		rnd_delay(&self->rng, 20000);
 		ASSERT_EQ(0, ioctl(self->b.fd, VHOST_RESET_OWNER, NULL))
 			TH_LOG("VHOST_RESET_OWNER: %s", strerror(errno));
 		rnd_delay(&self->rng, 1000);
@@ -703,7 +714,8 @@ VHOST_TEST_F(race, reset_owner, TEST_TIMEOUT)
 		EXPECT_EQ(-EPERM, vmm_blk_set_backend(&self->b, self->backing));
 		EXPECT_EQ(-1, ioctl(self->b.fd, VHOST_GET_VRING_WORKER, &w));
 		EXPECT_EQ(EINVAL, errno);
-		EXPECT_EQ(0, workers_settle(0)) TH_LOG("workers outlived the reset");
+		if (counting(self))
+			EXPECT_EQ(0, workers_settle(0)) TH_LOG("workers outlived the reset");
 		lanes_forget(self);
 		r = dev_resetup(self);
 		ASSERT_EQ(0, r) TH_LOG("setup after reset: %s", strerror(-r));
@@ -728,7 +740,7 @@ VHOST_TEST_F(race, set_backend_swap, TEST_TIMEOUT)
 		unsigned int mode = rnd(&self->rng) % 3;
 
 		ASSERT_EQ(0, stream_start(self));
-		rnd_delay(&self->rng, 5000);
+		rnd_delay(&self->rng, 20000);
 		if (mode != 1) {
 			/* Another fd for the same store; the old one goes. */
 			int fd = open(self->path, O_RDWR | O_DIRECT);
@@ -833,9 +845,10 @@ VHOST_TEST_F(race, worker_rebind, TEST_TIMEOUT)
 			TH_LOG("iteration %u: requests lost across rebinding", self->iterations);
 		check_store(_metadata, self, "rebind");
 		n = distinct(bind, VHOST_BLK_MAX_QUEUES);
-		ASSERT_EQ(n, workers_settle(n))
-			TH_LOG("iteration %u: worker threads do not match the bindings",
-			       self->iterations);
+		if (counting(self))
+			ASSERT_EQ(n, workers_settle(n))
+					TH_LOG("iteration %u: worker threads do not match the bindings",
+				       self->iterations);
 		self->iterations++;
 	}
 	summary(_metadata, self);
