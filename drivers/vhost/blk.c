@@ -20,15 +20,23 @@
  * when it starts, unless the worker_pool module parameter or the VMM (with
  * the vhost worker ioctls) say otherwise.
  *
- * Backend changes.  VHOST_BLK_SET_BACKEND detaches the rings from the old
- * file (no new request is taken), waits until every request in flight has
- * completed and been returned to the guest, then attaches the new file.
- * Each request holds a reference on the file it was submitted to.  The same
- * drain ("quiesce") runs before anything that would make a request in flight
- * wrong: a new memory table or an IOTLB invalidation (its guest addresses
- * were translated at submission), and LOG_ALL switched on or off (it was
- * submitted with or without dirty logging).  Waits on ioctl paths are
- * killable; the release path waits for good.
+ * Quiescing.  VHOST_BLK_SET_BACKEND pauses the rings (no new request is
+ * taken), waits until every request in flight has completed and been
+ * returned to the guest, swaps the file and resumes them.  Each request
+ * holds a reference on the file it was submitted to.  The same quiesce runs
+ * before anything that would make a request in flight wrong: a new memory
+ * table or an IOTLB invalidation (its guest addresses were translated at
+ * submission), LOG_ALL switched on or off (it was submitted with or without
+ * dirty logging), ACCESS_PLATFORM switched.  Paused rings stay attached, so
+ * resuming translates nothing again.  The wait drops dev.mutex: completions
+ * may need an IOTLB update (the used ring missed) and applying it takes the
+ * mutex.  Waits on ioctl paths are killable; the release path waits for
+ * good and drops completions whose IOTLB miss no one will answer.
+ *
+ * Bounds.  A ring has at most vq.num requests in flight, however often a
+ * guest publishes heads; request memory is charged to the owner's memcg.
+ * Handlers submit with the credentials of the VMM that set the backend, not
+ * the worker's kernel credentials.
  *
  * Teardown.  A completion may run in interrupt context or in a workqueue and
  * race with the release of the device: it adds its request to the ring's
@@ -54,6 +62,7 @@
  */
 #include <linux/blkdev.h>
 #include <linux/compat.h>
+#include <linux/cred.h>
 #include <linux/falloc.h>
 #include <linux/file.h>
 #include <linux/fs.h>
@@ -107,6 +116,16 @@ struct vhost_blk_vq {
 	bool user_bound;
 	/* The worker_pool policy was applied.  Under dev.mutex. */
 	bool policy_applied;
+	/*
+	 * The rest under vq.mutex.  paused: the handler takes no request (a
+	 * quiesce is draining the device).  inflight: requests taken off this
+	 * ring and not yet returned, at most vq.num: a guest that publishes
+	 * heads again before they are used cannot make more.  full: the
+	 * handler stopped at that bound; returning requests restarts it.
+	 */
+	bool paused;
+	bool full;
+	unsigned int inflight;
 };
 
 struct vhost_blk {
@@ -115,10 +134,25 @@ struct vhost_blk {
 	/* Backing file, or NULL.  Under dev.mutex; rings see it as backend. */
 	struct file *backend;
 	/*
-	 * Rings must not start: an IOTLB invalidation is waiting for requests
-	 * in flight with dev.mutex dropped.  Under dev.mutex.
+	 * Credentials of the VMM that set the backend: handlers submit I/O
+	 * with them, not the worker's kernel credentials (quota, reserved
+	 * blocks, setuid stripping, LSM checks).  Changed under dev.mutex
+	 * while every ring is paused and drained; handlers read it under
+	 * their vq.mutex.
+	 */
+	const struct cred *cred;
+	/*
+	 * Quiesces in progress: rings stay paused while non-zero.  A quiesce
+	 * drops dev.mutex while it waits, so that the IOTLB updates that
+	 * completions may need can get in.  Under dev.mutex.
 	 */
 	unsigned int quiesced;
+	/*
+	 * The device is being released: completions that cannot be returned
+	 * (their ring is unreachable through the IOTLB) are dropped, as no
+	 * one will answer the miss.  WRITE_ONCE/READ_ONCE.
+	 */
+	bool dying;
 	/* Requests submitted and not yet returned to the guest. */
 	atomic_t inflight;
 	/* Woken when inflight drops to zero. */
@@ -159,7 +193,7 @@ static void vhost_blk_req_free(struct vhost_blk *blk, struct vhost_blk_req *req)
 		fput(req->file);
 	kfree(req->log);
 	kfree(req);
-	/* Pairs with wait_event() in vhost_blk_stop_rings(). */
+	/* Pairs with the wait in vhost_blk_drain(). */
 	if (atomic_dec_and_test(&blk->inflight))
 		wake_up(&blk->drain_wq);
 }
@@ -236,16 +270,38 @@ static void vhost_blk_complete_work(struct vhost_work *work)
 	struct vhost_blk_req *req, *tmp;
 	struct llist_node *node;
 
+	bool drop = false;
+
 	node = llist_del_all(&bvq->completed);
 	if (!node)
 		return;
-	node = llist_reverse_order(node);
 
 	mutex_lock(&vq->mutex);
+	/*
+	 * The used ring may be unreachable through the device IOTLB: the miss
+	 * went to the VMM, and the update that answers it queues the kick
+	 * handler, which queues us again.  Keep the requests until then,
+	 * unless the device is being released and no one will answer.
+	 */
+	if (unlikely(!vq_meta_prefetch(vq))) {
+		if (!READ_ONCE(blk->dying)) {
+			llist_for_each_entry_safe(req, tmp, node, node)
+				llist_add(&req->node, &bvq->completed);
+			mutex_unlock(&vq->mutex);
+			return;
+		}
+		drop = true;
+	}
+	node = llist_reverse_order(node);
 	llist_for_each_entry_safe(req, tmp, node, node) {
 		/* The used length is 32 bits; the log gets the whole count. */
 		u32 used_len = min_t(u64, req->data_written + 1, U32_MAX);
 
+		bvq->inflight--;
+		if (unlikely(drop)) {
+			vhost_blk_req_free(blk, req);
+			continue;
+		}
 		if (put_user(req->status, req->status_ptr))
 			vq_err(vq, "vhost-blk: cannot write status of request %u\n",
 			       req->head);
@@ -258,7 +314,12 @@ static void vhost_blk_complete_work(struct vhost_work *work)
 		vhost_add_used(vq, req->head, used_len);
 		vhost_blk_req_free(blk, req);
 	}
-	vhost_signal(&blk->dev, vq);
+	if (!drop)
+		vhost_signal(&blk->dev, vq);
+	if (bvq->full && bvq->inflight < vq->num) {
+		bvq->full = false;
+		vhost_poll_queue(&vq->poll);
+	}
 	mutex_unlock(&vq->mutex);
 }
 
@@ -314,19 +375,36 @@ static int vhost_blk_write_zeroes(struct file *file, loff_t pos, u64 len,
  */
 static int vhost_blk_discard(struct file *file, loff_t pos, u64 len)
 {
+	struct address_space *mapping = file->f_mapping;
 	struct block_device *bdev;
+	u64 mask, start, end;
 	int r;
 
-	if (S_ISBLK(file_inode(file)->i_mode)) {
-		bdev = I_BDEV(file->f_mapping->host);
-		if (!bdev_max_discard_sectors(bdev))
-			return 0;
-		return blkdev_issue_discard(bdev, pos >> VHOST_BLK_SECTOR_SHIFT,
-					    len >> VHOST_BLK_SECTOR_SHIFT,
-					    GFP_KERNEL);
+	if (!S_ISBLK(file_inode(file)->i_mode)) {
+		r = vfs_fallocate(file, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				  pos, len);
+		return r == -EOPNOTSUPP ? 0 : r;
 	}
-	r = vfs_fallocate(file, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-			  pos, len);
+	bdev = I_BDEV(mapping->host);
+	if (!bdev_max_discard_sectors(bdev))
+		return 0;
+	/* A hint: discard the logical blocks wholly inside the range. */
+	mask = bdev_logical_block_size(bdev) - 1;
+	start = round_up(pos, mask + 1);
+	end = round_down(pos + len, mask + 1);
+	if (start >= end)
+		return 0;
+	/*
+	 * Cached pages of the range go first, as for BLKDISCARD: otherwise
+	 * reads would see them and writeback would bring them back.  Data the
+	 * guest wrote to the range may be dropped: a discard allows it.
+	 */
+	filemap_invalidate_lock(mapping);
+	truncate_inode_pages_range(mapping, start, end - 1);
+	r = blkdev_issue_discard(bdev, start >> VHOST_BLK_SECTOR_SHIFT,
+				 (end - start) >> VHOST_BLK_SECTOR_SHIFT,
+				 GFP_KERNEL);
+	filemap_invalidate_unlock(mapping);
 	return r == -EOPNOTSUPP ? 0 : r;
 }
 
@@ -477,13 +555,14 @@ static void vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 		return;
 	}
 
-	req = kzalloc(struct_size(req, iov, out + in), GFP_KERNEL);
+	req = kzalloc(struct_size(req, iov, out + in), GFP_KERNEL_ACCOUNT);
 	if (!req) {
 		vhost_blk_fail_now(vq, head, out, in, log_num, status_ptr);
 		return;
 	}
 	if (unlikely(log_num)) {
-		req->log = kmemdup(vq->log, log_num * sizeof(*vq->log), GFP_KERNEL);
+		req->log = kmemdup(vq->log, log_num * sizeof(*vq->log),
+				   GFP_KERNEL_ACCOUNT);
 		if (!req->log) {
 			kfree(req);
 			vhost_blk_fail_now(vq, head, out, in, log_num, status_ptr);
@@ -492,6 +571,7 @@ static void vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 		req->log_num = log_num;
 	}
 	atomic_inc(&blk->inflight);
+	bvq->inflight++;
 	req->bvq = bvq;
 	req->head = head;
 	req->out = out;
@@ -559,6 +639,7 @@ static void vhost_blk_handle_kick(struct vhost_work *work)
 	struct vhost_blk_vq *bvq = container_of(vq, struct vhost_blk_vq, vq);
 	struct vhost_blk *blk = vhost_blk_of(vq);
 	unsigned int out, in, log_num;
+	const struct cred *old_cred;
 	struct vhost_log *log;
 	struct file *file;
 	int head, reqs = 0;
@@ -567,13 +648,27 @@ static void vhost_blk_handle_kick(struct vhost_work *work)
 	file = vhost_vq_get_backend(vq);
 	if (!file)
 		goto out;
-	/* Ring addresses translated once per kick (device IOTLB). */
+	/*
+	 * Ring addresses translated once per kick (device IOTLB).  On a miss
+	 * the IOTLB update queues us again.
+	 */
 	if (!vq_meta_prefetch(vq))
+		goto out;
+	/* Completions may have been waiting for that update too. */
+	if (unlikely(!llist_empty(&bvq->completed)))
+		vhost_vq_work_queue(vq, &bvq->complete_work);
+	if (bvq->paused)
 		goto out;
 	log = unlikely(vhost_has_feature(vq, VHOST_F_LOG_ALL)) ? vq->log : NULL;
 
+	old_cred = override_creds(blk->cred);
 	vhost_disable_notify(&blk->dev, vq);
 	for (;;) {
+		if (unlikely(bvq->inflight >= vq->num)) {
+			/* complete_work restarts us once some are returned. */
+			bvq->full = true;
+			break;
+		}
 		head = vhost_get_vq_desc(vq, vq->iov, ARRAY_SIZE(vq->iov),
 					 &out, &in, log, &log_num);
 		/* A chain vhost cannot walk stops the ring; vq_err said why. */
@@ -590,6 +685,7 @@ static void vhost_blk_handle_kick(struct vhost_work *work)
 		if (vhost_exceeds_weight(vq, ++reqs, 0))
 			break;
 	}
+	revert_creds(old_cred);
 out:
 	mutex_unlock(&vq->mutex);
 }
@@ -632,12 +728,13 @@ static void vhost_blk_apply_worker_policy(struct vhost_blk *blk, int idx)
 }
 
 /*
- * Start ring @i if it is set up, has a kick and no backend yet, and the
- * device has a backend and is not quiesced.  Under dev.mutex.
+ * Attach ring @i to the backend if it is set up, has a kick and is not
+ * attached yet, and the device has a backend.  Under dev.mutex.
  */
 static void vhost_blk_start_ring(struct vhost_blk *blk, int i)
 {
-	struct vhost_virtqueue *vq = &blk->vqs[i].vq;
+	struct vhost_blk_vq *bvq = &blk->vqs[i];
+	struct vhost_virtqueue *vq = &bvq->vq;
 	bool start = false;
 
 	mutex_lock(&vq->mutex);
@@ -659,7 +756,7 @@ static void vhost_blk_start_ring(struct vhost_blk *blk, int i)
 }
 
 /*
- * Start every ring that can start.  Called under dev.mutex after anything
+ * Attach every ring that can start.  Called under dev.mutex after anything
  * that may complete a ring's setup or end a quiesce.
  */
 static void vhost_blk_start_rings(struct vhost_blk *blk)
@@ -673,46 +770,85 @@ static void vhost_blk_start_rings(struct vhost_blk *blk)
 }
 
 /*
- * Stop taking requests and wait until those in flight have been returned to
- * the guest.  Under dev.mutex.  With @killable (ioctl paths) a fatal signal
- * ends the wait with -EINTR and the rings already stopped start again; the
- * release path waits for good.  A handler blocked under its ring's mutex (a
- * write waiting for a frozen filesystem to thaw) holds up the stop too.
+ * Quiescing: pause every ring (its handler takes no new request; a handler
+ * running now finishes first, as it holds the ring's mutex), then drain
+ * (wait until every request taken has been returned), act, and resume.
+ * Rings stay attached: nothing has to be translated again to restart them.
+ * Under dev.mutex.
  */
-static int vhost_blk_stop_rings(struct vhost_blk *blk, bool killable)
+static void vhost_blk_pause(struct vhost_blk *blk)
 {
-	int i, j;
+	int i;
 
-	if (!blk->backend)
-		return 0;	/* no ring has started: nothing in flight */
+	blk->quiesced++;
 	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
 		struct vhost_virtqueue *vq = &blk->vqs[i].vq;
 
-		if (!killable)
-			mutex_lock(&vq->mutex);
-		else if (mutex_lock_killable(&vq->mutex))
-			goto err_restart;
-		vhost_vq_set_backend(vq, NULL);
+		mutex_lock(&vq->mutex);
+		blk->vqs[i].paused = true;
 		mutex_unlock(&vq->mutex);
 	}
-	/*
-	 * Handlers hold vq->mutex while submitting: none is submitting now.
-	 * Pairs with atomic_dec_and_test() in vhost_blk_req_free().
-	 */
-	if (!killable)
-		wait_event(blk->drain_wq, !atomic_read(&blk->inflight));
-	else if (wait_event_killable(blk->drain_wq,
-				     !atomic_read(&blk->inflight)))
-		goto err_restart;
+}
+
+static void vhost_blk_resume(struct vhost_blk *blk)
+{
+	int i;
+
+	if (--blk->quiesced)
+		return;
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
+		struct vhost_virtqueue *vq = &blk->vqs[i].vq;
+		bool attached;
+
+		mutex_lock(&vq->mutex);
+		blk->vqs[i].paused = false;
+		attached = vhost_vq_get_backend(vq);
+		mutex_unlock(&vq->mutex);
+		/* Serve what the guest queued meanwhile. */
+		if (attached)
+			vhost_poll_queue(&vq->poll);
+	}
+	vhost_blk_start_rings(blk);
+}
+
+/*
+ * Wait until every request in flight has been returned to the guest, with
+ * the rings paused.  Entered and left under dev.mutex, which is dropped
+ * while waiting: completions may need an IOTLB update to reach the used
+ * ring, and applying it takes dev.mutex.  blk->quiesced keeps the rings
+ * paused meanwhile.  With @killable (ioctl paths) a fatal signal ends the
+ * wait with -EINTR; the release path waits for good.
+ */
+static int vhost_blk_drain(struct vhost_blk *blk, bool killable)
+{
+	int ret = 0;
+
+	lockdep_assert_held(&blk->dev.mutex);
+	if (atomic_read(&blk->inflight)) {
+		mutex_unlock(&blk->dev.mutex);
+		/* Pairs with atomic_dec_and_test() in vhost_blk_req_free(). */
+		if (killable)
+			ret = wait_event_killable(blk->drain_wq,
+						  !atomic_read(&blk->inflight));
+		else
+			wait_event(blk->drain_wq, !atomic_read(&blk->inflight));
+		mutex_lock(&blk->dev.mutex);
+	}
 	/* Completion work that returned the last requests has finished too. */
 	vhost_dev_flush(&blk->dev);
-	return 0;
+	return ret ? -EINTR : 0;
+}
 
-err_restart:
-	if (!blk->quiesced)
-		for (j = 0; j < i; j++)
-			vhost_blk_start_ring(blk, j);
-	return -EINTR;
+/* Pause and drain; on -EINTR the rings are resumed.  Under dev.mutex. */
+static int vhost_blk_quiesce(struct vhost_blk *blk)
+{
+	int ret;
+
+	vhost_blk_pause(blk);
+	ret = vhost_blk_drain(blk, true);
+	if (ret)
+		vhost_blk_resume(blk);
+	return ret;
 }
 
 /*
@@ -738,6 +874,34 @@ static int vhost_blk_check_backend(struct file *file)
 	if (file->f_flags & O_APPEND)
 		return -EINVAL;
 	return 0;
+}
+
+/*
+ * Replace the backend of every attached ring with @file (NULL detaches
+ * them) and the device's with @file and @cred, whose references the device
+ * takes over.  The rings are paused and drained.  Under dev.mutex.
+ */
+static void vhost_blk_swap_backend(struct vhost_blk *blk, struct file *file,
+				   const struct cred *cred)
+{
+	const struct cred *old_cred = blk->cred;
+	struct file *old = blk->backend;
+	int i;
+
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
+		struct vhost_virtqueue *vq = &blk->vqs[i].vq;
+
+		mutex_lock(&vq->mutex);
+		if (vhost_vq_get_backend(vq))
+			vhost_vq_set_backend(vq, file);
+		mutex_unlock(&vq->mutex);
+	}
+	blk->backend = file;
+	blk->cred = cred;
+	if (old)
+		fput(old);
+	if (old_cred)
+		put_cred(old_cred);
 }
 
 static long vhost_blk_set_backend(struct vhost_blk *blk,
@@ -767,13 +931,11 @@ static long vhost_blk_set_backend(struct vhost_blk *blk,
 			goto out_fput;
 	}
 
-	ret = vhost_blk_stop_rings(blk, true);
+	ret = vhost_blk_quiesce(blk);
 	if (ret)
 		goto out_fput;
-	if (blk->backend)
-		fput(blk->backend);
-	blk->backend = file;
-	vhost_blk_start_rings(blk);
+	vhost_blk_swap_backend(blk, file, file ? get_current_cred() : NULL);
+	vhost_blk_resume(blk);
 	mutex_unlock(&blk->dev.mutex);
 	return 0;
 
@@ -814,7 +976,9 @@ static long vhost_blk_set_serial(struct vhost_blk *blk,
 
 static int vhost_blk_set_features(struct vhost_blk *blk, u64 features)
 {
-	bool log_change;
+	const u64 quiesce_bits = (1ULL << VHOST_F_LOG_ALL) |
+				 (1ULL << VIRTIO_F_ACCESS_PLATFORM);
+	bool quiesce;
 	int i, ret = 0;
 
 	if (features & ~VHOST_BLK_FEATURES)
@@ -826,22 +990,23 @@ static int vhost_blk_set_features(struct vhost_blk *blk, u64 features)
 		ret = -EFAULT;
 		goto out;
 	}
-	if ((features & (1ULL << VIRTIO_F_ACCESS_PLATFORM)) &&
-	    vhost_init_device_iotlb(&blk->dev, true)) {
-		ret = -EFAULT;
-		goto out;
-	}
 	/*
-	 * Requests in flight were submitted with logging as it was: those
-	 * from before LOG_ALL would complete unlogged, those from before it
-	 * was cleared would write a log the VMM may have freed.
+	 * Requests in flight were submitted with logging and translation as
+	 * they were: those from before LOG_ALL would complete unlogged, those
+	 * from before it was cleared would write a log the VMM may have
+	 * freed, and their addresses were translated through the IOTLB or not.
 	 */
-	log_change = !!(features & (1ULL << VHOST_F_LOG_ALL)) !=
-		     vhost_has_feature(&blk->vqs[0].vq, VHOST_F_LOG_ALL);
-	if (log_change) {
-		ret = vhost_blk_stop_rings(blk, true);
+	quiesce = (features ^ blk->vqs[0].vq.acked_features) & quiesce_bits;
+	if (quiesce) {
+		ret = vhost_blk_quiesce(blk);
 		if (ret)
 			goto out;
+	}
+	/* Keep the IOTLB, and what it caches, over feature renegotiation. */
+	if ((features & (1ULL << VIRTIO_F_ACCESS_PLATFORM)) &&
+	    !blk->dev.iotlb && vhost_init_device_iotlb(&blk->dev, true)) {
+		ret = -EFAULT;
+		goto out_resume;
 	}
 	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
 		struct vhost_virtqueue *vq = &blk->vqs[i].vq;
@@ -850,8 +1015,9 @@ static int vhost_blk_set_features(struct vhost_blk *blk, u64 features)
 		vq->acked_features = features;
 		mutex_unlock(&vq->mutex);
 	}
-	if (log_change)
-		vhost_blk_start_rings(blk);
+out_resume:
+	if (quiesce)
+		vhost_blk_resume(blk);
 out:
 	mutex_unlock(&blk->dev.mutex);
 	return ret;
@@ -882,17 +1048,16 @@ static long vhost_blk_reset_owner(struct vhost_blk *blk)
 		ret = -ENOMEM;
 		goto out;
 	}
-	ret = vhost_blk_stop_rings(blk, true);
+	ret = vhost_blk_quiesce(blk);
 	if (ret) {
 		vhost_iotlb_free(umem);
 		goto out;
 	}
 	vhost_dev_stop(&blk->dev);
 	vhost_dev_reset_owner(&blk->dev, umem);
-	if (blk->backend)
-		fput(blk->backend);
-	blk->backend = NULL;
+	vhost_blk_swap_backend(blk, NULL, NULL);
 	vhost_blk_reset_policy(blk);
+	vhost_blk_resume(blk);
 out:
 	mutex_unlock(&blk->dev.mutex);
 	return ret;
@@ -909,19 +1074,19 @@ static long vhost_blk_set_mem_table(struct vhost_blk *blk, void __user *argp)
 	r = vhost_dev_check_owner(&blk->dev);
 	if (r)
 		return r;
-	r = vhost_blk_stop_rings(blk, true);
+	r = vhost_blk_quiesce(blk);
 	if (r)
 		return r;
 	r = vhost_dev_ioctl(&blk->dev, VHOST_SET_MEM_TABLE, argp);
-	vhost_blk_start_rings(blk);
+	vhost_blk_resume(blk);
 	return r;
 }
 
 /*
  * IOTLB messages.  An invalidation revokes addresses that requests in flight
- * may have translated: stop the rings and wait for those requests first.
- * vhost_process_iotlb_msg() takes dev.mutex itself; quiesced keeps the rings
- * stopped meanwhile.
+ * may have translated: pause the rings and wait for those requests first.
+ * vhost_process_iotlb_msg() takes dev.mutex itself; blk->quiesced keeps the
+ * rings paused until it is done.
  */
 static int vhost_blk_iotlb_msg(struct vhost_dev *dev, u32 asid,
 			       struct vhost_iotlb_msg *msg)
@@ -933,14 +1098,13 @@ static int vhost_blk_iotlb_msg(struct vhost_dev *dev, u32 asid,
 		return vhost_process_iotlb_msg(dev, asid, msg);
 
 	mutex_lock(&dev->mutex);
-	blk->quiesced++;
-	ret = vhost_blk_stop_rings(blk, true);
+	vhost_blk_pause(blk);
+	ret = vhost_blk_drain(blk, true);
 	mutex_unlock(&dev->mutex);
 	if (!ret)
 		ret = vhost_process_iotlb_msg(dev, asid, msg);
 	mutex_lock(&dev->mutex);
-	blk->quiesced--;
-	vhost_blk_start_rings(blk);
+	vhost_blk_resume(blk);
 	mutex_unlock(&dev->mutex);
 	return ret;
 }
@@ -1042,15 +1206,25 @@ static int vhost_blk_open(struct inode *inode, struct file *f)
 static int vhost_blk_release(struct inode *inode, struct file *f)
 {
 	struct vhost_blk *blk = f->private_data;
+	int i;
 
 	mutex_lock(&blk->dev.mutex);
-	vhost_blk_stop_rings(blk, false);
+	/*
+	 * No one will answer an IOTLB miss any more: completions waiting for
+	 * one are dropped.  Run those that already wait, so they see it.
+	 */
+	WRITE_ONCE(blk->dying, true);
+	vhost_blk_pause(blk);
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++)
+		if (!llist_empty(&blk->vqs[i].completed))
+			vhost_vq_work_queue(&blk->vqs[i].vq,
+					    &blk->vqs[i].complete_work);
+	vhost_blk_drain(blk, false);
 	mutex_unlock(&blk->dev.mutex);
 	vhost_dev_stop(&blk->dev);
 	/* Frees the workers after an RCU grace period; see req_done. */
 	vhost_dev_cleanup(&blk->dev);
-	if (blk->backend)
-		fput(blk->backend);
+	vhost_blk_swap_backend(blk, NULL, NULL);
 	kfree(blk->dev.vqs);
 	kvfree(blk);
 	return 0;
