@@ -1,10 +1,1608 @@
 // SPDX-License-Identifier: GPL-2.0
-/* Placeholder: being written. */
-#include "../kselftest_harness.h"
+/*
+ * Regression tests for the vhost-blk and vhost core hardening:
+ *
+ * - backends: files without iter I/O and O_APPEND files are refused, a
+ *   backend made O_APPEND later fails writes, and writes to a frozen
+ *   filesystem wait for the thaw;
+ * - extra workers count against the caller's RLIMIT_NPROC;
+ * - switching VHOST_F_LOG_ALL, VHOST_SET_MEM_TABLE and IOTLB invalidation
+ *   wait for the requests in flight (a slow configfs null_blk keeps them in
+ *   flight);
+ * - the status byte is logged, on errors and for GET_ID too;
+ * - DISCARD never writes data to a block device, and the DISCARD and
+ *   WRITE_ZEROES maximums hold;
+ * - the segment limit counts descriptors, not the iovecs they map to;
+ * - workers carry the owner's name and cgroups whichever process of the VMM
+ *   starts the rings, and long names read back whole;
+ * - GET_ID never returns a serial torn by VHOST_BLK_SET_SERIAL.
+ *
+ * Everything that changes global state (mounts, frozen filesystems,
+ * configfs devices, cgroups, sysctls, module parameters) is undone by the
+ * fixture teardown, on every path.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+#include <linux/loop.h>
 
-TEST(placeholder)
+#include "../kselftest_harness.h"
+#include "vhost_test.h"
+#include "vhost_vmm.h"
+#include "vhost_blk_lib.h"
+
+#ifndef FIFREEZE
+#define FIFREEZE	_IOWR('X', 119, int)
+#define FITHAW		_IOWR('X', 120, int)
+#endif
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC	0x01021994
+#endif
+
+static const uint64_t V1 = 1ULL << VIRTIO_F_VERSION_1;
+static const uint64_t LOG_ALL = 1ULL << VHOST_F_LOG_ALL;
+static const uint64_t PLATFORM = 1ULL << VIRTIO_F_ACCESS_PLATFORM;
+
+#define NULLB0		"/dev/nullb0"
+/* A tmpfs of our own: the guest's /dev/shm is not one. */
+#define TMPFS_DIR	"/tmp/vmq-hardening-tmpfs"
+#define TMPFS_FILE	TMPFS_DIR "/disk.img"
+#define CONFIGFS	"/sys/kernel/config"
+/* 6.1's null_blk names the disk after its configfs directory. */
+#define SLOW_NAME	"vmqslow"
+#define SLOW_CFG	CONFIGFS "/nullb/" SLOW_NAME
+/* How long the slow null_blk takes to complete a request. */
+#define SLOW_NSEC	"300000000"
+#define EXT4_IMG	"/tmp/vmq-hardening-ext4.img"
+#define EXT4_MNT	"/tmp/vmq-hardening-ext4"
+#define EXT4_FILE	EXT4_MNT "/disk.img"
+#define CGROUP_DIR	"/sys/fs/cgroup/vmq-hardening"
+#define PID_MAX		"/proc/sys/kernel/pid_max"
+#define WORKER_POOL	"/sys/module/vhost_blk/parameters/worker_pool"
+#define MAX_WORKERS	"/sys/module/vhost/parameters/max_workers"
+/* An otherwise unused user and group. */
+#define NOBODY		4242
+#define NPROC_LIMIT	4
+
+static void fill(void *buf, size_t len, uint64_t sector, unsigned int gen)
 {
-	SKIP(return, "not written yet");
+	uint32_t *p = buf;
+	size_t i;
+
+	for (i = 0; i < len / 4; i++)
+		p[i] = (uint32_t)(sector * 131 + i * 7 + gen * 1000003);
+}
+
+static bool is_zero(const void *buf, size_t len)
+{
+	const unsigned char *p = buf;
+
+	return len == 0 || (p[0] == 0 && !memcmp(p, p + 1, len - 1));
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int write_str(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY), r;
+
+	if (fd < 0)
+		return -errno;
+	r = write(fd, s, strlen(s)) < 0 ? -errno : 0;
+	close(fd);
+	return r;
+}
+
+static int read_str(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -errno;
+	buf[n] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	return 0;
+}
+
+/* Everything a test may set up; ctx_cleanup() undoes whatever was. */
+struct ctx {
+	struct vmm_blk b;
+	bool blk_open;
+	int be;			/* the backing fd */
+	bool tmpfs;		/* TMPFS_DIR is mounted */
+	unsigned char *log;	/* dirty log, one bit per guest page */
+	size_t log_len;
+	/* slow null_blk */
+	bool slow;
+	char slow_name[32];	/* its name in /dev and /sys/block */
+	/* ext4 on a loop device */
+	int img;
+	char loop[32];
+	bool mounted;
+	int dirfd;
+	bool frozen;
+	/* other global state */
+	bool cgroup;
+	char pid_max[32];
+	char worker_pool[32];
+	char max_workers[32];
+	pid_t child;
+};
+
+static void ctx_init(struct ctx *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->be = -1;
+	c->img = -1;
+	c->dirfd = -1;
+}
+
+static void drop_loop(const char *path)
+{
+	int fd = open(path, O_RDWR);
+
+	if (fd >= 0) {
+		ioctl(fd, LOOP_CLR_FD, 0);
+		close(fd);
+	}
+}
+
+static void slow_nullb_remove(void)
+{
+	if (access(SLOW_CFG, F_OK))
+		return;
+	write_str(SLOW_CFG "/power", "0");
+	rmdir(SLOW_CFG);
+}
+
+static void ctx_cleanup(struct ctx *c)
+{
+	int i;
+
+	/* Thaw first: a write waiting for it holds up the device's release. */
+	if (c->frozen)
+		ioctl(c->dirfd, FITHAW, 0);
+	if (c->child > 0) {
+		kill(c->child, SIGKILL);
+		waitpid(c->child, NULL, 0);
+	}
+	if (c->blk_open)
+		vmm_blk_close(&c->b);
+	if (c->be >= 0)
+		close(c->be);
+	if (c->dirfd >= 0)
+		close(c->dirfd);
+	free(c->log);
+	if (c->tmpfs) {
+		umount(TMPFS_DIR);
+		rmdir(TMPFS_DIR);
+	}
+	if (c->mounted)
+		umount(EXT4_MNT);
+	if (c->loop[0])
+		drop_loop(c->loop);
+	if (c->img >= 0) {
+		close(c->img);
+		unlink(EXT4_IMG);
+		rmdir(EXT4_MNT);
+	}
+	if (c->slow)
+		slow_nullb_remove();
+	/* Exiting workers may still be in the cgroup for a moment. */
+	for (i = 0; c->cgroup && i < 100 && rmdir(CGROUP_DIR) && errno == EBUSY; i++)
+		usleep(20 * 1000);
+	if (c->pid_max[0])
+		write_str(PID_MAX, c->pid_max);
+	if (c->worker_pool[0])
+		write_str(WORKER_POOL, c->worker_pool);
+	if (c->max_workers[0])
+		write_str(MAX_WORKERS, c->max_workers);
+}
+
+static int blk_open(struct ctx *c, unsigned int nq, unsigned int qsize,
+		    uint64_t features, size_t mem)
+{
+	c->blk_open = true;
+	return vmm_blk_open(&c->b, nq, qsize, features, mem);
+}
+
+/*
+ * A file of @size bytes (sparse) on a tmpfs mounted for the test;
+ * -ENOTSUP without tmpfs.
+ */
+static int tmpfs_file(struct ctx *c, uint64_t size)
+{
+	struct statfs s;
+	int fd;
+
+	mkdir(TMPFS_DIR, 0755);
+	if (mount("tmpfs", TMPFS_DIR, "tmpfs", 0, "size=256m"))
+		return -ENOTSUP;
+	c->tmpfs = true;
+	if (statfs(TMPFS_DIR, &s) || s.f_type != TMPFS_MAGIC)
+		return -ENOTSUP;
+	fd = open(TMPFS_FILE, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, size)) {
+		close(fd);
+		return -errno;
+	}
+	return fd;
+}
+
+/* A dirty log covering guest memory, handed to the device. */
+static int log_setup(struct ctx *c)
+{
+	uint64_t base;
+
+	c->log_len = (VMM_GPA_BASE + c->b.vmm.size) / 4096 / 8 + 8;
+	c->log = calloc(1, c->log_len);
+	if (!c->log)
+		return -ENOMEM;
+	base = (uintptr_t)c->log;
+	return ioctl(c->b.fd, VHOST_SET_LOG_BASE, &base) ? -errno : 0;
+}
+
+static bool logged(struct ctx *c, const void *p)
+{
+	uint64_t page = vmm_gpa(&c->b.vmm, p) / 4096;
+
+	return c->log[page / 8] & (1 << (page % 8));
+}
+
+/*
+ * Post a request of @n data segments with its header at @hdr and its
+ * status byte at @status, wherever they are.  Returns the head or -1.
+ */
+static int post_req(struct vmm_vq *vq, struct virtio_blk_outhdr *hdr, uint32_t type,
+		    uint64_t sector, const struct vmm_seg *data, unsigned int n,
+		    uint8_t *status)
+{
+	struct vmm_seg segs[VHOST_BLK_SEG_MAX + 8];
+
+	if (n + 2 > ARRAY_SIZE(segs))
+		return -1;
+	hdr->type = type;
+	hdr->ioprio = 0;
+	hdr->sector = sector;
+	*status = 0xff;
+	segs[0] = (struct vmm_seg){ hdr, sizeof(*hdr), false };
+	memcpy(&segs[1], data, n * sizeof(*data));
+	segs[n + 1] = (struct vmm_seg){ status, 1, true };
+	return vmm_vq_add(vq, segs, n + 2, false, status);
+}
+
+/* Kick and wait for the one request post_req() put on @vq: its status. */
+static int run_req(struct vmm_vq *vq, uint8_t *status, int timeout_ms)
+{
+	vmm_vq_kick(vq);
+	if (vmm_vq_get_used(vq, NULL, NULL, timeout_ms) < 0)
+		return -1;
+	return *status;
+}
+
+/*
+ * The slow device: a configfs null_blk whose requests complete after
+ * SLOW_NSEC, opened O_DIRECT as the backend (c->be).
+ */
+static int slow_nullb_create(struct ctx *c)
+{
+	static const char * const attrs[][2] = {
+		{ "size", "64" }, { "memory_backed", "1" }, { "irqmode", "2" },
+		{ "completion_nsec", SLOW_NSEC }, { "blocksize", "512" },
+		{ "power", "1" },
+	};
+	char path[128], idx[16];
+	unsigned int i;
+	int r = 0;
+
+	if (access(CONFIGFS "/nullb", F_OK))
+		mount("none", CONFIGFS, "configfs", 0, NULL);
+	if (access(CONFIGFS "/nullb", F_OK))
+		return -ENOENT;
+	slow_nullb_remove();	/* left over by a crashed run */
+	if (mkdir(SLOW_CFG, 0755))
+		return -errno;
+	c->slow = true;
+	for (i = 0; i < ARRAY_SIZE(attrs) && !r; i++) {
+		snprintf(path, sizeof(path), "%s/%s", SLOW_CFG, attrs[i][0]);
+		r = write_str(path, attrs[i][1]);
+	}
+	if (!r)
+		r = read_str(SLOW_CFG "/index", idx, sizeof(idx));
+	if (r)
+		return r;
+	/* Newer kernels call it nullb<index> again. */
+	snprintf(c->slow_name, sizeof(c->slow_name), "%s", SLOW_NAME);
+	snprintf(path, sizeof(path), "/sys/block/%s", c->slow_name);
+	if (access(path, F_OK))
+		snprintf(c->slow_name, sizeof(c->slow_name), "nullb%d", atoi(idx));
+	snprintf(path, sizeof(path), "/dev/%s", c->slow_name);
+	for (i = 0; i < 100 && access(path, F_OK); i++)
+		usleep(20 * 1000);
+	c->be = open(path, O_RDWR | O_DIRECT);
+	return c->be < 0 ? -errno : 0;
+}
+
+/* Wait until the slow device has a request in flight. */
+static int slow_wait_in_flight(struct ctx *c)
+{
+	char path[64], buf[64];
+	unsigned int r, w, i;
+
+	snprintf(path, sizeof(path), "/sys/block/%s/inflight", c->slow_name);
+	for (i = 0; i < 400; i++) {
+		if (read_str(path, buf, sizeof(buf)))
+			return -EIO;
+		if (sscanf(buf, "%u %u", &r, &w) == 2 && r + w)
+			return 0;
+		usleep(5 * 1000);
+	}
+	return -ETIMEDOUT;
+}
+
+static int iotlb_msg(int fd, uint8_t type, uint64_t iova, uint64_t size, void *uaddr)
+{
+	struct vhost_msg_v2 msg = { .type = VHOST_IOTLB_MSG_V2 };
+
+	msg.iotlb.iova = iova;
+	msg.iotlb.size = size;
+	msg.iotlb.uaddr = (uintptr_t)uaddr;
+	msg.iotlb.perm = VHOST_ACCESS_RW;
+	msg.iotlb.type = type;
+	return write(fd, &msg, sizeof(msg)) == sizeof(msg) ? 0 : -errno;
+}
+
+/*
+ * Device IOTLB (VIRTIO_F_ACCESS_PLATFORM): map guest memory one 4 KiB page
+ * per entry, IOVA = guest physical address (not the host address), and give
+ * ring 0 its addresses as IOVAs.
+ */
+static int iotlb_map_pages(struct ctx *c)
+{
+	uint64_t backend_features = 1ULL << VHOST_BACKEND_F_IOTLB_MSG_V2;
+	struct vmm_vq *vq = &c->b.vq[0];
+	struct vhost_vring_addr a = {
+		.index = 0,
+		.desc_user_addr = vmm_gpa(&c->b.vmm, vq->vr.desc),
+		.avail_user_addr = vmm_gpa(&c->b.vmm, vq->vr.avail),
+		.used_user_addr = vmm_gpa(&c->b.vmm, vq->vr.used),
+	};
+	size_t off;
+	int r;
+
+	if (ioctl(c->b.fd, VHOST_SET_BACKEND_FEATURES, &backend_features))
+		return -errno;
+	for (off = 0; off < c->b.vmm.size; off += 4096) {
+		char *p = (char *)c->b.vmm.mem + off;
+
+		r = iotlb_msg(c->b.fd, VHOST_IOTLB_UPDATE, vmm_gpa(&c->b.vmm, p), 4096, p);
+		if (r)
+			return r;
+	}
+	return ioctl(c->b.fd, VHOST_SET_VRING_ADDR, &a) ? -errno : 0;
+}
+
+static int new_worker(int fd, unsigned int *id)
+{
+	struct vhost_worker_state s = { .worker_id = 12345 };
+
+	if (ioctl(fd, VHOST_NEW_WORKER, &s))
+		return -errno;
+	*id = s.worker_id;
+	return 0;
+}
+
+static int free_worker(int fd, unsigned int id)
+{
+	struct vhost_worker_state s = { .worker_id = id };
+
+	return ioctl(fd, VHOST_FREE_WORKER, &s) ? -errno : 0;
+}
+
+static int set_worker(int fd, unsigned int ring, unsigned int *id)
+{
+	struct vhost_vring_worker w = { .index = ring, .worker_id = *id };
+
+	if (ioctl(fd, VHOST_SET_VRING_WORKER, &w))
+		return -errno;
+	*id = w.worker_id;
+	return 0;
+}
+
+/* The first line of /proc/<pid>/cgroup ("0::/path" with cgroup2 only). */
+static int cgroup_of(pid_t pid, char *buf, size_t len)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", pid);
+	return read_str(path, buf, len);
+}
+
+FIXTURE(hard) {
+	bool skipped;
+	struct ctx c;
+};
+
+FIXTURE_SETUP(hard)
+{
+	ctx_init(&self->c);
+	if (access("/dev/vhost-blk", F_OK))
+		VHOST_SKIP(return, "/dev/vhost-blk missing (CONFIG_VHOST_BLK)");
+	if (geteuid())
+		VHOST_SKIP(return, "needs root");
+}
+
+FIXTURE_TEARDOWN(hard)
+{
+	ctx_cleanup(&self->c);
+}
+
+/* 1a. A regular file with ->read but no ->read_iter is no backend. */
+VHOST_TEST_F(hard, backend_without_read_iter_is_refused, 30)
+{
+	struct ctx *c = &self->c;
+	int r;
+
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 1 << 20));
+	c->be = open("/proc/self/environ", O_RDONLY);
+	ASSERT_LE(0, c->be);
+	r = vmm_blk_set_backend(&c->b, c->be);
+	/* Never post a request to it: a READ would call a NULL ->read_iter. */
+	if (!r)
+		vmm_blk_set_backend(&c->b, -1);
+	EXPECT_EQ(-EINVAL, r)
+		TH_LOG("/proc/self/environ (->read, no ->read_iter): %s",
+		       r ? strerror(-r) : "accepted as a backend");
+}
+
+/* 1b. An O_APPEND file is no backend: guest writes would land at its end. */
+VHOST_TEST_F(hard, append_only_backend_is_refused, 30)
+{
+	struct ctx *c = &self->c;
+	int fd = tmpfs_file(c, 1 << 20), r;
+
+	if (fd == -ENOTSUP)
+		SKIP(return, "cannot mount tmpfs");
+	ASSERT_LE(0, fd);
+	close(fd);
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 1 << 20));
+	c->be = open(TMPFS_FILE, O_RDWR | O_APPEND);
+	ASSERT_LE(0, c->be);
+	r = vmm_blk_set_backend(&c->b, c->be);
+	EXPECT_EQ(-EINVAL, r) TH_LOG("O_RDWR|O_APPEND: %s", r ? strerror(-r) : "accepted");
+	/* The same file without O_APPEND is fine. */
+	close(c->be);
+	c->be = open(TMPFS_FILE, O_RDWR);
+	ASSERT_LE(0, c->be);
+	EXPECT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+}
+
+/* 1c. O_APPEND set after SET_BACKEND: write-type requests fail, touch nothing. */
+VHOST_TEST_F(hard, backend_made_append_only_fails_writes, 30)
+{
+	const size_t size = 1 << 20;
+	struct ctx *c = &self->c;
+	unsigned char *want, *got;
+	struct stat st;
+	void *buf;
+	int flags;
+
+	c->be = tmpfs_file(c, size);
+	if (c->be == -ENOTSUP)
+		SKIP(return, "cannot mount tmpfs");
+	ASSERT_LE(0, c->be);
+	want = malloc(size);
+	got = malloc(size);
+	ASSERT_NE(NULL, want);
+	ASSERT_NE(NULL, got);
+	fill(want, size, 0, 31);
+	ASSERT_EQ(size, pwrite(c->be, want, size, 0));
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 1 << 20));
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	flags = fcntl(c->be, F_GETFL);
+	ASSERT_LE(0, flags);
+	ASSERT_EQ(0, fcntl(c->be, F_SETFL, flags | O_APPEND));
+
+	buf = vmm_alloc(&c->b.vmm, 8192, 4096);
+	ASSERT_NE(NULL, buf);
+	fill(buf, 4096, 16, 32);
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, vmm_blk_do(&c->b, 0, VIRTIO_BLK_T_OUT, 16, buf, 4096))
+		TH_LOG("a WRITE to an O_APPEND backend must fail");
+	ASSERT_LE(0, vmm_blk_post_dwz(&c->b, 0, VIRTIO_BLK_T_WRITE_ZEROES, 64, 8, 0, NULL));
+	vmm_vq_kick(&c->b.vq[0]);
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, vmm_blk_reap(&c->b, 0, NULL, NULL, 10000))
+		TH_LOG("a WRITE_ZEROES to an O_APPEND backend must fail");
+
+	/* Nothing moved: same size, same bytes. */
+	ASSERT_EQ(0, fstat(c->be, &st));
+	EXPECT_EQ(size, st.st_size) TH_LOG("the file grew: the write was appended");
+	ASSERT_EQ(size, pread(c->be, got, size, 0));
+	EXPECT_EQ(0, memcmp(want, got, size)) TH_LOG("the file's contents changed");
+	/* Reads still work. */
+	EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&c->b, 0, VIRTIO_BLK_T_IN, 16, buf, 4096));
+	EXPECT_EQ(0, memcmp(buf, want + 16 * 512, 4096));
+	free(want);
+	free(got);
+}
+
+/* Fields of /sys/block/<dev>/stat; returns how many were read. */
+static int blk_stat(const char *dev, unsigned long long *v, int max)
+{
+	char path[64], buf[512], *p = buf, *end;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/sys/block/%s/stat", dev);
+	if (read_str(path, buf, sizeof(buf)))
+		return -1;
+	while (n < max) {
+		v[n] = strtoull(p, &end, 10);
+		if (end == p)
+			break;
+		p = end;
+		n++;
+	}
+	return n;
+}
+
+/* 6. DISCARD on a block device discards: it never writes. */
+VHOST_TEST_F(hard, discard_never_writes_a_block_device, 30)
+{
+	/* 7th field: sectors written; 14th: sectors discarded. */
+	enum { WRITE_SECTORS = 6, DISCARD_SECTORS = 13 };
+	unsigned long long before[17], after[17];
+	struct ctx *c = &self->c;
+	int n;
+
+	if (access(NULLB0, F_OK))
+		SKIP(return, "%s missing (null_blk.nr_devices=1)", NULLB0);
+	c->be = open(NULLB0, O_RDWR | O_DIRECT);
+	ASSERT_LE(0, c->be);
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 1 << 20));
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	n = blk_stat("nullb0", before, 17);
+	ASSERT_LE(WRITE_SECTORS + 1, n);
+	/* 8 MiB. */
+	ASSERT_LE(0, vmm_blk_post_dwz(&c->b, 0, VIRTIO_BLK_T_DISCARD, 0, 16384, 0, NULL));
+	vmm_vq_kick(&c->b.vq[0]);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_reap(&c->b, 0, NULL, NULL, 20000));
+	ASSERT_EQ(n, blk_stat("nullb0", after, 17));
+	EXPECT_EQ(before[WRITE_SECTORS], after[WRITE_SECTORS])
+		TH_LOG("DISCARD wrote %llu sectors", after[WRITE_SECTORS] - before[WRITE_SECTORS]);
+	if (n > DISCARD_SECTORS)
+		EXPECT_LE(before[DISCARD_SECTORS] + 16384, after[DISCARD_SECTORS])
+			TH_LOG("%llu sectors discarded, not 16384",
+			       after[DISCARD_SECTORS] - before[DISCARD_SECTORS]);
+}
+
+/* 6. WRITE_ZEROES on a block device zeroes, with and without UNMAP. */
+VHOST_TEST_F(hard, write_zeroes_zeroes_a_block_device, 30)
+{
+	static const uint32_t flags[] = { 0, VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP };
+	struct ctx *c = &self->c;
+	uint64_t sector = 4096;
+	unsigned char *buf, *buf2;
+	unsigned int i;
+
+	if (access(NULLB0, F_OK))
+		SKIP(return, "%s missing (null_blk.nr_devices=1)", NULLB0);
+	c->be = open(NULLB0, O_RDWR | O_DIRECT);
+	ASSERT_LE(0, c->be);
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 1 << 20));
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	buf = vmm_alloc(&c->b.vmm, 65536, 4096);
+	buf2 = vmm_alloc(&c->b.vmm, 65536, 4096);
+	ASSERT_NE(NULL, buf2);
+	for (i = 0; i < ARRAY_SIZE(flags); i++) {
+		fill(buf, 65536, sector, 40 + i);
+		ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&c->b, 0, VIRTIO_BLK_T_OUT, sector,
+						      buf, 65536));
+		ASSERT_LE(0, vmm_blk_post_dwz(&c->b, 0, VIRTIO_BLK_T_WRITE_ZEROES,
+					      sector + 8, 64, flags[i], NULL));
+		vmm_vq_kick(&c->b.vq[0]);
+		ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_reap(&c->b, 0, NULL, NULL, 10000));
+		memset(buf2, 0xaa, 65536);
+		ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&c->b, 0, VIRTIO_BLK_T_IN, sector,
+						      buf2, 65536));
+		EXPECT_EQ(0, memcmp(buf, buf2, 8 * 512));
+		EXPECT_TRUE(is_zero(buf2 + 8 * 512, 64 * 512))
+			TH_LOG("flags %#x: the range does not read back as zeroes", flags[i]);
+		EXPECT_EQ(0, memcmp(buf + 72 * 512, buf2 + 72 * 512, 65536 - 72 * 512));
+	}
+}
+
+/*
+ * 6. Longer than VHOST_BLK_MAX_DISCARD_SECTORS or _WRITE_ZEROES_SECTORS is
+ * IOERR, at once; exactly the maximum works.  A sparse 4 TiB tmpfs file, so
+ * that every range here is inside capacity.  The over-long WRITE_ZEROES
+ * without UNMAP is only 512 bytes over: a kernel that zero-fills it anyway
+ * stays bounded.
+ */
+VHOST_TEST_F(hard, discard_and_write_zeroes_maximums, 120)
+{
+	const uint32_t unmap = VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP;
+	static const struct {
+		uint32_t type, nsect, flags;
+		uint8_t want;
+	} cases[] = {
+		{ VIRTIO_BLK_T_DISCARD, VHOST_BLK_MAX_DISCARD_SECTORS + 1, 0,
+		  VIRTIO_BLK_S_IOERR },
+		{ VIRTIO_BLK_T_DISCARD, 0xffffffff, 0, VIRTIO_BLK_S_IOERR },
+		{ VIRTIO_BLK_T_WRITE_ZEROES, VHOST_BLK_MAX_WRITE_ZEROES_SECTORS + 1,
+		  VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP, VIRTIO_BLK_S_IOERR },
+		{ VIRTIO_BLK_T_WRITE_ZEROES, 0xffffffff,
+		  VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP, VIRTIO_BLK_S_IOERR },
+		{ VIRTIO_BLK_T_WRITE_ZEROES, VHOST_BLK_MAX_WRITE_ZEROES_SECTORS + 1, 0,
+		  VIRTIO_BLK_S_IOERR },
+		{ VIRTIO_BLK_T_DISCARD, VHOST_BLK_MAX_DISCARD_SECTORS, 0, VIRTIO_BLK_S_OK },
+		{ VIRTIO_BLK_T_WRITE_ZEROES, VHOST_BLK_MAX_WRITE_ZEROES_SECTORS,
+		  VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP, VIRTIO_BLK_S_OK },
+		{ VIRTIO_BLK_T_WRITE_ZEROES, VHOST_BLK_MAX_WRITE_ZEROES_SECTORS, 0,
+		  VIRTIO_BLK_S_OK },
+	};
+	struct ctx *c = &self->c;
+	unsigned int i;
+	void *buf;
+
+	c->be = tmpfs_file(c, 4ULL << 40);
+	if (c->be == -ENOTSUP)
+		SKIP(return, "cannot mount tmpfs");
+	ASSERT_LE(0, c->be);
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 1 << 20));
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	buf = vmm_alloc(&c->b.vmm, 4096, 4096);
+	ASSERT_NE(NULL, buf);
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		bool zeroes = cases[i].type == VIRTIO_BLK_T_WRITE_ZEROES &&
+			      cases[i].want == VIRTIO_BLK_S_OK;
+		const char *name = "DISCARD", *how = "";
+		double t;
+		int st, ms;
+
+		if (cases[i].type == VIRTIO_BLK_T_WRITE_ZEROES)
+			name = "WRITE_ZEROES";
+		if (cases[i].flags & unmap)
+			how = " (UNMAP)";
+
+		/* Data the successful WRITE_ZEROES must clear. */
+		if (zeroes) {
+			fill(buf, 4096, 1000, 50 + i);
+			ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&c->b, 0, VIRTIO_BLK_T_OUT,
+							      1000, buf, 4096));
+		}
+		t = now_s();
+		ASSERT_LE(0, vmm_blk_post_dwz(&c->b, 0, cases[i].type, 0, cases[i].nsect,
+					      cases[i].flags, NULL));
+		vmm_vq_kick(&c->b.vq[0]);
+		st = vmm_blk_reap(&c->b, 0, NULL, NULL, 60000);
+		ms = (now_s() - t) * 1000;
+		EXPECT_EQ(cases[i].want, st)
+			TH_LOG("%s of %#x sectors%s: status %d", name, cases[i].nsect,
+			       how, st);
+		ASSERT_LE(0, st) TH_LOG("request %u lost", i);
+		if (cases[i].want == VIRTIO_BLK_S_IOERR)
+			EXPECT_GT(5000, ms) TH_LOG("%s of %#x sectors%s: refused after %d ms",
+						   name, cases[i].nsect, how, ms);
+		if (zeroes) {
+			memset(buf, 0xaa, 4096);
+			ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&c->b, 0, VIRTIO_BLK_T_IN,
+							      1000, buf, 4096));
+			EXPECT_TRUE(is_zero(buf, 4096));
+		}
+	}
+}
+
+/* A LOG_ALL device on a 1 MiB tmpfs file, for the status byte tests. */
+static int logged_dev(struct ctx *c)
+{
+	int r;
+
+	c->be = tmpfs_file(c, 1 << 20);
+	if (c->be < 0)
+		return c->be;
+	r = blk_open(c, 1, 64, V1 | LOG_ALL, 8 << 20);
+	if (!r)
+		r = log_setup(c);
+	if (!r)
+		r = vmm_blk_set_backend(&c->b, c->be);
+	return r;
+}
+
+/* 5a. An error status is guest memory the device wrote: it is logged. */
+VHOST_TEST_F(hard, status_byte_logged_on_error, 30)
+{
+	struct ctx *c = &self->c;
+	struct virtio_blk_outhdr *hdr;
+	uint8_t *data, *status;
+	struct vmm_seg seg;
+	int r = logged_dev(c);
+
+	if (r == -ENOTSUP)
+		SKIP(return, "cannot mount tmpfs");
+	ASSERT_EQ(0, r);
+	hdr = vmm_alloc(&c->b.vmm, 64, 64);
+	data = vmm_alloc(&c->b.vmm, 4096, 4096);
+	/* The status byte a good way off, on a page of its own. */
+	ASSERT_NE(NULL, vmm_alloc(&c->b.vmm, 65536, 4096));
+	status = vmm_alloc(&c->b.vmm, 4096, 4096);
+	ASSERT_NE(NULL, status);
+	status += 100;
+
+	/* A READ beyond capacity: only the status byte is written. */
+	seg = (struct vmm_seg){ data, 512, true };
+	memset(c->log, 0, c->log_len);
+	ASSERT_LE(0, post_req(&c->b.vq[0], hdr, VIRTIO_BLK_T_IN, (1 << 20) / 512, &seg, 1,
+			      status));
+	ASSERT_EQ(VIRTIO_BLK_S_IOERR, run_req(&c->b.vq[0], status, 10000));
+	EXPECT_TRUE(logged(c, status)) TH_LOG("the status byte's page is not in the log");
+}
+
+/* 5b. GET_ID writes 20 bytes and the status byte: both are logged. */
+VHOST_TEST_F(hard, status_byte_logged_for_get_id, 30)
+{
+	struct ctx *c = &self->c;
+	struct virtio_blk_outhdr *hdr;
+	uint8_t *data, *status;
+	struct vmm_seg seg;
+	int r = logged_dev(c);
+
+	if (r == -ENOTSUP)
+		SKIP(return, "cannot mount tmpfs");
+	ASSERT_EQ(0, r);
+	hdr = vmm_alloc(&c->b.vmm, 64, 64);
+	data = vmm_alloc(&c->b.vmm, 8192, 4096);
+	ASSERT_NE(NULL, vmm_alloc(&c->b.vmm, 65536, 4096));
+	status = vmm_alloc(&c->b.vmm, 4096, 4096);
+	ASSERT_NE(NULL, status);
+	status += 100;
+
+	/* A two-page buffer, of which the device fills 20 bytes. */
+	seg = (struct vmm_seg){ data, 8192, true };
+	memset(data, 0x55, 8192);
+	memset(c->log, 0, c->log_len);
+	ASSERT_LE(0, post_req(&c->b.vq[0], hdr, VIRTIO_BLK_T_GET_ID, 0, &seg, 1, status));
+	ASSERT_EQ(VIRTIO_BLK_S_OK, run_req(&c->b.vq[0], status, 10000));
+	EXPECT_EQ(0, memcmp(data, "vhost-blk\0\0\0\0\0\0\0\0\0\0\0", VHOST_BLK_SERIAL_LEN));
+	EXPECT_TRUE(logged(c, data)) TH_LOG("the serial's page is not in the log");
+	EXPECT_TRUE(logged(c, status)) TH_LOG("the status byte's page is not in the log");
+}
+
+/*
+ * 8. The segment limit counts descriptors.  Every 4 KiB guest page is its
+ * own IOTLB entry and every data segment straddles two of them, so 128
+ * segments make 256 data iovecs: still 128 segments, which must work.  129
+ * segments are too many and touch nothing.
+ */
+VHOST_TEST_F(hard, segment_limit_counts_descriptors, 60)
+{
+	const unsigned int max = VHOST_BLK_SEG_MAX;
+	const size_t span = (max + 1) * 4096;
+	struct vmm_seg segs[VHOST_BLK_SEG_MAX + 1];
+	struct ctx *c = &self->c;
+	struct virtio_blk_outhdr *hdr;
+	unsigned char *wbuf, *rbuf, *want, *got;
+	uint8_t *status;
+	unsigned int i;
+	int st;
+
+	c->be = tmpfs_file(c, 4 << 20);
+	if (c->be == -ENOTSUP)
+		SKIP(return, "cannot mount tmpfs");
+	ASSERT_LE(0, c->be);
+	ASSERT_EQ(0, blk_open(c, 1, 256, V1 | PLATFORM, 2 << 20));
+	ASSERT_EQ(0, iotlb_map_pages(c));
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	hdr = vmm_alloc(&c->b.vmm, 64, 64);
+	status = vmm_alloc(&c->b.vmm, 64, 64);
+	wbuf = vmm_alloc(&c->b.vmm, span + 4096, 4096);
+	rbuf = vmm_alloc(&c->b.vmm, span + 4096, 4096);
+	ASSERT_NE(NULL, rbuf);
+	want = calloc(1, span);
+	got = malloc(span);
+	ASSERT_NE(NULL, want);
+	ASSERT_NE(NULL, got);
+
+	/* WRITE of 128 segments, each at offset 2048 of a page. */
+	fill(wbuf + 2048, max * 4096, 64, 60);
+	memcpy(want, wbuf + 2048, max * 4096);
+	for (i = 0; i < max; i++)
+		segs[i] = (struct vmm_seg){ wbuf + 2048 + i * 4096, 4096, false };
+	ASSERT_LE(0, post_req(&c->b.vq[0], hdr, VIRTIO_BLK_T_OUT, 64, segs, max, status));
+	st = run_req(&c->b.vq[0], status, 10000);
+	EXPECT_EQ(VIRTIO_BLK_S_OK, st) TH_LOG("WRITE of %u segments: status %d", max, st);
+	ASSERT_EQ(span, pread(c->be, got, span, 64 * 512));
+	EXPECT_EQ(0, memcmp(want, got, span)) TH_LOG("the store does not hold the write");
+
+	/* READ of 128 segments back. */
+	memset(rbuf, 0xaa, span + 4096);
+	for (i = 0; i < max; i++)
+		segs[i] = (struct vmm_seg){ rbuf + 2048 + i * 4096, 4096, true };
+	ASSERT_LE(0, post_req(&c->b.vq[0], hdr, VIRTIO_BLK_T_IN, 64, segs, max, status));
+	st = run_req(&c->b.vq[0], status, 10000);
+	EXPECT_EQ(VIRTIO_BLK_S_OK, st) TH_LOG("READ of %u segments: status %d", max, st);
+	EXPECT_EQ(0, memcmp(want, rbuf + 2048, max * 4096));
+
+	/* 129 segments: refused both ways, the store untouched. */
+	fill(wbuf + 2048, (max + 1) * 4096, 64, 61);
+	for (i = 0; i <= max; i++)
+		segs[i] = (struct vmm_seg){ wbuf + 2048 + i * 4096, 4096, false };
+	ASSERT_LE(0, post_req(&c->b.vq[0], hdr, VIRTIO_BLK_T_OUT, 64, segs, max + 1, status));
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, run_req(&c->b.vq[0], status, 10000));
+	ASSERT_EQ(span, pread(c->be, got, span, 64 * 512));
+	EXPECT_EQ(0, memcmp(want, got, span)) TH_LOG("a refused WRITE reached the store");
+	for (i = 0; i <= max; i++)
+		segs[i] = (struct vmm_seg){ rbuf + 2048 + i * 4096, 4096, true };
+	ASSERT_LE(0, post_req(&c->b.vq[0], hdr, VIRTIO_BLK_T_IN, 64, segs, max + 1, status));
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, run_req(&c->b.vq[0], status, 10000));
+	free(want);
+	free(got);
+}
+
+/*
+ * 4. Switching VHOST_F_LOG_ALL on waits for the requests in flight: when
+ * VHOST_SET_FEATURES returns, a WRITE posted before is complete.
+ */
+VHOST_TEST_F(hard, log_all_on_waits_for_requests, 60)
+{
+	struct ctx *c = &self->c;
+	uint64_t features = V1 | LOG_ALL;
+	void *buf;
+	int r = slow_nullb_create(c), st;
+
+	if (r)
+		SKIP(return, "no configfs null_blk: %s", strerror(-r));
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 8 << 20));
+	ASSERT_EQ(0, log_setup(c));
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	buf = vmm_alloc(&c->b.vmm, 4096, 4096);
+	ASSERT_NE(NULL, buf);
+	fill(buf, 4096, 8, 70);
+	ASSERT_LE(0, vmm_blk_post(&c->b, 0, VIRTIO_BLK_T_OUT, 8, buf, 4096, 1, false, NULL));
+	vmm_vq_kick(&c->b.vq[0]);
+	ASSERT_EQ(0, slow_wait_in_flight(c));
+	/* Still in flight when the call is made, or this tests nothing. */
+	ASSERT_EQ(-1, vmm_blk_reap(&c->b, 0, NULL, NULL, 0));
+	ASSERT_EQ(0, ioctl(c->b.fd, VHOST_SET_FEATURES, &features));
+	st = vmm_blk_reap(&c->b, 0, NULL, NULL, 0);
+	EXPECT_EQ(VIRTIO_BLK_S_OK, st)
+		TH_LOG("the WRITE was still in flight when LOG_ALL was switched on");
+	if (st < 0)
+		EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_reap(&c->b, 0, NULL, NULL, 10000));
+}
+
+/*
+ * 4. Switching VHOST_F_LOG_ALL off waits too: a READ submitted with logging
+ * is complete when the call returns, and its pages are in the log.
+ */
+VHOST_TEST_F(hard, log_all_off_waits_and_logs, 60)
+{
+	struct ctx *c = &self->c;
+	uint64_t features = V1;
+	unsigned char *buf;
+	int r = slow_nullb_create(c), st;
+
+	if (r)
+		SKIP(return, "no configfs null_blk: %s", strerror(-r));
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1 | LOG_ALL, 8 << 20));
+	ASSERT_EQ(0, log_setup(c));
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	buf = vmm_alloc(&c->b.vmm, 8192, 4096);
+	ASSERT_NE(NULL, buf);
+	memset(c->log, 0, c->log_len);
+	ASSERT_LE(0, vmm_blk_post(&c->b, 0, VIRTIO_BLK_T_IN, 0, buf, 8192, 2, false, NULL));
+	vmm_vq_kick(&c->b.vq[0]);
+	ASSERT_EQ(0, slow_wait_in_flight(c));
+	/* Still in flight when the call is made, or this tests nothing. */
+	ASSERT_EQ(-1, vmm_blk_reap(&c->b, 0, NULL, NULL, 0));
+	ASSERT_EQ(0, ioctl(c->b.fd, VHOST_SET_FEATURES, &features));
+	st = vmm_blk_reap(&c->b, 0, NULL, NULL, 0);
+	EXPECT_EQ(VIRTIO_BLK_S_OK, st)
+		TH_LOG("the READ was still in flight when LOG_ALL was switched off");
+	if (st < 0)
+		EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_reap(&c->b, 0, NULL, NULL, 10000));
+	EXPECT_TRUE(logged(c, buf));
+	EXPECT_TRUE(logged(c, buf + 4096));
+}
+
+/* 7. VHOST_SET_MEM_TABLE waits for the requests in flight. */
+VHOST_TEST_F(hard, set_mem_table_waits_for_requests, 60)
+{
+	struct ctx *c = &self->c;
+	void *buf;
+	int r = slow_nullb_create(c), st;
+
+	if (r)
+		SKIP(return, "no configfs null_blk: %s", strerror(-r));
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 4 << 20));
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	buf = vmm_alloc(&c->b.vmm, 4096, 4096);
+	ASSERT_NE(NULL, buf);
+	ASSERT_LE(0, vmm_blk_post(&c->b, 0, VIRTIO_BLK_T_IN, 0, buf, 4096, 1, false, NULL));
+	vmm_vq_kick(&c->b.vq[0]);
+	ASSERT_EQ(0, slow_wait_in_flight(c));
+	/* Still in flight when the call is made, or this tests nothing. */
+	ASSERT_EQ(-1, vmm_blk_reap(&c->b, 0, NULL, NULL, 0));
+	ASSERT_EQ(0, vmm_set_mem_table(&c->b.vmm, c->b.fd));
+	st = vmm_blk_reap(&c->b, 0, NULL, NULL, 0);
+	EXPECT_EQ(VIRTIO_BLK_S_OK, st)
+		TH_LOG("the READ was still in flight when SET_MEM_TABLE returned");
+	if (st < 0)
+		EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_reap(&c->b, 0, NULL, NULL, 10000));
+	/* The rings resumed. */
+	EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&c->b, 0, VIRTIO_BLK_T_IN, 8, buf, 4096));
+}
+
+/* 7. An IOTLB invalidation waits for the requests in flight. */
+VHOST_TEST_F(hard, iotlb_invalidate_waits_for_requests, 60)
+{
+	struct ctx *c = &self->c;
+	void *buf;
+	int r = slow_nullb_create(c), st;
+
+	if (r)
+		SKIP(return, "no configfs null_blk: %s", strerror(-r));
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1 | PLATFORM, 2 << 20));
+	ASSERT_EQ(0, iotlb_map_pages(c));
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	buf = vmm_alloc(&c->b.vmm, 8192, 4096);
+	ASSERT_NE(NULL, buf);
+	ASSERT_LE(0, vmm_blk_post(&c->b, 0, VIRTIO_BLK_T_IN, 0, buf, 8192, 2, false, NULL));
+	vmm_vq_kick(&c->b.vq[0]);
+	ASSERT_EQ(0, slow_wait_in_flight(c));
+	/* Still in flight when the call is made, or this tests nothing. */
+	ASSERT_EQ(-1, vmm_blk_reap(&c->b, 0, NULL, NULL, 0));
+	ASSERT_EQ(0, iotlb_msg(c->b.fd, VHOST_IOTLB_INVALIDATE, vmm_gpa(&c->b.vmm, buf),
+			       8192, NULL));
+	st = vmm_blk_reap(&c->b, 0, NULL, NULL, 0);
+	EXPECT_EQ(VIRTIO_BLK_S_OK, st)
+		TH_LOG("the READ was still in flight when the invalidation returned");
+	if (st < 0)
+		EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_reap(&c->b, 0, NULL, NULL, 10000));
+}
+
+struct setter {
+	int fd;
+	bool stop;		/* atomic accesses */
+	unsigned long rounds;
+	int err;
+};
+
+static void *serial_setter(void *arg)
+{
+	struct vhost_blk_serial a, b;
+	struct setter *s = arg;
+
+	memset(a.serial, 'A', sizeof(a.serial));
+	memset(b.serial, 'B', sizeof(b.serial));
+	while (!__atomic_load_n(&s->stop, __ATOMIC_RELAXED)) {
+		if (ioctl(s->fd, VHOST_BLK_SET_SERIAL, &a) ||
+		    ioctl(s->fd, VHOST_BLK_SET_SERIAL, &b)) {
+			s->err = errno;
+			break;
+		}
+		s->rounds++;
+	}
+	return NULL;
+}
+
+/*
+ * 10. GET_ID while another thread keeps changing the serial: every answer
+ * is one serial or the other, never a mix.  Each answer lands in twenty
+ * 1-byte segments, so that copying it out takes a while.
+ */
+VHOST_TEST_F(hard, get_id_never_torn, 60)
+{
+	enum { BATCH = 32 };
+	struct ctx *c = &self->c;
+	unsigned long as = 0, bs = 0, torn = 0;
+	struct vhost_blk_serial first;
+	struct setter s = { 0 };
+	unsigned char *ids;
+	pthread_t t;
+	double end;
+	int k;
+
+	c->be = tmpfs_file(c, 1 << 20);
+	if (c->be == -ENOTSUP)
+		SKIP(return, "cannot mount tmpfs");
+	ASSERT_LE(0, c->be);
+	ASSERT_EQ(0, blk_open(c, 1, 128, V1 | (1ULL << VIRTIO_RING_F_INDIRECT_DESC),
+			      4 << 20));
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	ids = vmm_alloc(&c->b.vmm, BATCH * 64, 64);
+	ASSERT_NE(NULL, ids);
+	/* Neither serial is the default: "vhost-blk" would be a wrong answer too. */
+	memset(first.serial, 'A', sizeof(first.serial));
+	ASSERT_EQ(0, ioctl(c->b.fd, VHOST_BLK_SET_SERIAL, &first));
+	s.fd = c->b.fd;
+	ASSERT_EQ(0, pthread_create(&t, NULL, serial_setter, &s));
+	for (end = now_s() + 2; now_s() < end;) {
+		for (k = 0; k < BATCH; k++) {
+			memset(ids + k * 64, 0, VHOST_BLK_SERIAL_LEN);
+			if (vmm_blk_post(&c->b, 0, VIRTIO_BLK_T_GET_ID, 0, ids + k * 64,
+					 VHOST_BLK_SERIAL_LEN, VHOST_BLK_SERIAL_LEN, true,
+					 ids + k * 64) < 0)
+				break;
+		}
+		vmm_vq_kick(&c->b.vq[0]);
+		while (k--) {
+			unsigned char *id;
+			int st = vmm_blk_reap(&c->b, 0, (void **)&id, NULL, 10000);
+
+			if (st != VIRTIO_BLK_S_OK) {
+				__atomic_store_n(&s.stop, true, __ATOMIC_RELAXED);
+				pthread_join(t, NULL);
+				ASSERT_EQ(VIRTIO_BLK_S_OK, st);
+			}
+			if (id[0] == 'A' && !memcmp(id, id + 1, VHOST_BLK_SERIAL_LEN - 1)) {
+				as++;
+			} else if (id[0] == 'B' && !memcmp(id, id + 1, VHOST_BLK_SERIAL_LEN - 1)) {
+				bs++;
+			} else {
+				if (!torn)
+					TH_LOG("torn serial: %.20s", id);
+				torn++;
+			}
+		}
+	}
+	__atomic_store_n(&s.stop, true, __ATOMIC_RELAXED);
+	pthread_join(t, NULL);
+	TH_LOG("%lu all-A, %lu all-B, %lu torn; %lu SET_SERIAL pairs", as, bs, torn,
+	       s.rounds);
+	EXPECT_EQ(0, s.err);
+	EXPECT_EQ(0, torn);
+	/* Both serials were seen: the race was really run. */
+	EXPECT_LT(0, as);
+	EXPECT_LT(0, bs);
+}
+
+struct starter {
+	int fd, be;
+	int cg_err, be_err;
+};
+
+/* A CLONE_VM child of the owner: same mm, another process. */
+static int start_rings_elsewhere(void *arg)
+{
+	struct vhost_blk_backend be = { 0 };
+	struct starter *s = arg;
+	int fd;
+
+	fd = open(CGROUP_DIR "/cgroup.procs", O_WRONLY);
+	if (fd < 0 || write(fd, "0", 1) != 1)
+		s->cg_err = errno ?: EIO;
+	if (fd >= 0)
+		close(fd);
+	be.fd = s->be;
+	if (ioctl(s->fd, VHOST_BLK_SET_BACKEND, &be))
+		s->be_err = errno;
+	return 0;
+}
+
+/*
+ * 9. The rings are started (and so get their workers) by another process
+ * that shares the owner's mm, in another cgroup, as a VMM's vCPU thread
+ * might: every worker still carries the owner's name and is in its cgroup.
+ */
+VHOST_TEST_F(hard, workers_carry_owner_identity, 60)
+{
+	enum { NQ = 4 };
+	struct starter s = { 0 };
+	struct ctx *c = &self->c;
+	char names[16][32], want[32], cg[256], wcg[256], procs[256];
+	const size_t stack_size = 256 << 10;
+	int tids[16], n, i, id, status;
+	char *stack;
+	pid_t pid;
+
+	if (access("/sys/fs/cgroup/cgroup.procs", F_OK))
+		SKIP(return, "cgroup2 not mounted at /sys/fs/cgroup");
+	if (read_str(WORKER_POOL, c->worker_pool, sizeof(c->worker_pool)))
+		SKIP(return, "%s missing", WORKER_POOL);
+	if (!atoi(c->worker_pool))
+		c->worker_pool[0] = 0;	/* nothing to restore */
+	else
+		ASSERT_EQ(0, write_str(WORKER_POOL, "0"));
+	c->be = tmpfs_file(c, 1 << 20);
+	if (c->be == -ENOTSUP)
+		SKIP(return, "cannot mount tmpfs");
+	ASSERT_LE(0, c->be);
+	ASSERT_EQ(0, cgroup_of(getpid(), cg, sizeof(cg)));
+	rmdir(CGROUP_DIR);
+	ASSERT_EQ(0, mkdir(CGROUP_DIR, 0755));
+	c->cgroup = true;
+	ASSERT_EQ(0, blk_open(c, NQ, 64, V1, 4 << 20));
+	ASSERT_EQ(1, vmm_owner_workers(getpid(), NULL, NULL, 16));
+
+	stack = mmap(NULL, stack_size, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	ASSERT_NE(MAP_FAILED, stack);
+	s.fd = c->b.fd;
+	s.be = c->be;
+	pid = clone(start_rings_elsewhere, stack + stack_size, CLONE_VM | SIGCHLD, &s);
+	ASSERT_LT(0, pid);
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	munmap(stack, stack_size);
+	ASSERT_EQ(0, s.cg_err) TH_LOG("moving the child to %s: %s", CGROUP_DIR,
+				      strerror(s.cg_err));
+	ASSERT_EQ(0, s.be_err) TH_LOG("SET_BACKEND from the child: %s", strerror(s.be_err));
+
+	n = vmm_owner_workers(getpid(), tids, names, 16);
+	EXPECT_EQ(NQ, n) TH_LOG("%d workers named after the owner %d", n, getpid());
+	for (id = 0; id < NQ; id++) {
+		if (id)
+			snprintf(want, sizeof(want), "vhost-%d-%d", getpid(), id);
+		else
+			snprintf(want, sizeof(want), "vhost-%d", getpid());
+		EXPECT_LT(0, vmm_worker_tid(getpid(), id)) TH_LOG("no thread %s", want);
+	}
+	for (i = 0; i < n; i++) {
+		ASSERT_EQ(0, cgroup_of(tids[i], wcg, sizeof(wcg)));
+		EXPECT_STREQ(cg, wcg) TH_LOG("worker %s (tid %d)", names[i], tids[i]);
+	}
+	n = vmm_owner_workers(pid, tids, names, 16);
+	EXPECT_EQ(0, n) TH_LOG("%d workers named after the child %d, e.g. %s", n, pid,
+			       n ? names[0] : "");
+	/* The child is gone: nothing may be left in its cgroup. */
+	ASSERT_EQ(0, read_str(CGROUP_DIR "/cgroup.procs", procs, sizeof(procs)));
+	EXPECT_STREQ("", procs) TH_LOG("tasks left in the child's cgroup");
+}
+
+/* The fields of struct clone_args up to set_tid_size (CLONE_ARGS_SIZE_VER1). */
+struct clone3_args {
+	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal;
+	uint64_t stack, stack_size, tls, set_tid, set_tid_size;
+};
+
+/* The owner with a long pid: @n workers, then wait for the word on @go. */
+static void long_names_owner(unsigned int n, int ready, int go)
+{
+	int fd = open("/dev/vhost-blk", O_RDWR);
+	unsigned int i, w = 0;
+	char ch;
+
+	if (fd < 0 || ioctl(fd, VHOST_SET_OWNER, NULL))
+		_exit(1);
+	for (i = 1; i < n; i++)
+		if (new_worker(fd, &w) || w != i)
+			_exit(2);
+	if (write(ready, "R", 1) != 1)
+		_exit(3);
+	/* Keep the workers until the parent has looked. */
+	if (read(go, &ch, 1) < 0)
+		_exit(4);
+	_exit(0);
+}
+
+/*
+ * Check the names of the @n workers of owner @pid: "vhost-<pid>" and
+ * "vhost-<pid>-<id>" for id 1..n-1, each exactly once.  Returns NULL, or
+ * what is wrong (in @why).
+ */
+static const char *check_worker_names(pid_t pid, unsigned int n, char *why, size_t len)
+{
+	unsigned int max = 2 * n + 16, found = 0, i, id;
+	int *tids = calloc(max, sizeof(*tids));
+	unsigned char *seen = calloc(n, 1);
+	char base[32], comm[64], again[64];
+	size_t blen;
+	int end, r;
+
+	why[0] = 0;
+	if (!tids || !seen) {
+		snprintf(why, len, "out of memory");
+		goto out;
+	}
+	blen = snprintf(base, sizeof(base), "vhost-%d", pid);
+	r = vmm_find_threads(base, tids, max);
+	for (i = 0; r > 0 && i < (unsigned int)r && !why[0]; i++) {
+		if (vmm_thread_comm(tids[i], comm, sizeof(comm)))
+			continue;
+		if (!strcmp(comm, base)) {
+			id = 0;
+		} else if (comm[blen] != '-') {
+			continue;	/* another owner's: "vhost-<pid>N..." */
+		} else if (sscanf(comm + blen, "-%u%n", &id, &end) != 1 ||
+			   comm[blen + end] || id >= n) {
+			snprintf(why, len, "unexpected name %s (tid %d)", comm, tids[i]);
+			break;
+		}
+		/* A truncated name reads as another id, or does not parse back. */
+		if (id)
+			snprintf(again, sizeof(again), "%s-%u", base, id);
+		else
+			snprintf(again, sizeof(again), "%s", base);
+		if (strcmp(again, comm) || seen[id]++)
+			snprintf(why, len, "%s read twice or garbled (tid %d)", comm, tids[i]);
+		found++;
+	}
+	for (id = 0; !why[0] && id < n; id++)
+		if (!seen[id])
+			snprintf(why, len, "no thread named %s-%u (%u names found)", base, id,
+				 found);
+out:
+	free(tids);
+	free(seen);
+	return why[0] ? why : NULL;
+}
+
+/*
+ * 9. Worker names longer than 15 characters read back whole from
+ * /proc/<tid>/comm: an owner with a 7-digit pid and 12 workers,
+ * "vhost-2000000" to "vhost-2000000-11".  Where pid_max stops at 32768
+ * (CONFIG_BASE_SMALL) the owner gets a 5-digit pid and workers up to id
+ * 1000 instead: "vhost-10000-1000".  The pid comes from clone3's set_tid
+ * (ns_last_pid needs CONFIG_CHECKPOINT_RESTORE).
+ */
+VHOST_TEST_F(hard, long_worker_names_read_back_whole, 180)
+{
+	struct ctx *c = &self->c;
+	char why[128], name[32], buf[32], ch = 0;
+	int ready[2], go[2], r, status;
+	pid_t pid = -1, tid, first;
+	unsigned int workers;
+
+	ASSERT_EQ(0, read_str(PID_MAX, c->pid_max, sizeof(c->pid_max)));
+	r = write_str(PID_MAX, "4194304");
+	if (r == -EINVAL)
+		r = write_str(PID_MAX, "32768");
+	ASSERT_EQ(0, r);
+	ASSERT_EQ(0, read_str(PID_MAX, buf, sizeof(buf)));
+	first = atoi(buf) > 2000100 ? 2000000 : 10000;
+	/* Enough workers that the last name has 16 characters or more. */
+	for (workers = 1; snprintf(name, sizeof(name), "vhost-%d-%u", first,
+				   workers - 1) < 16; workers++)
+		;
+	ASSERT_EQ(0, read_str(MAX_WORKERS, buf, sizeof(buf)));
+	if ((unsigned int)atoi(buf) < workers) {
+		snprintf(c->max_workers, sizeof(c->max_workers), "%s", buf);
+		snprintf(buf, sizeof(buf), "%u", workers);
+		ASSERT_EQ(0, write_str(MAX_WORKERS, buf));
+	}
+	ASSERT_EQ(0, pipe(ready));
+	ASSERT_EQ(0, pipe(go));
+	for (tid = first; tid < first + 100; tid++) {
+		struct clone3_args args = { .exit_signal = SIGCHLD };
+
+		args.set_tid = (uintptr_t)&tid;
+		args.set_tid_size = 1;
+		pid = syscall(SYS_clone3, &args, sizeof(args));
+		if (pid >= 0 || errno != EEXIST)
+			break;
+	}
+	if (pid < 0 && errno == EPERM)
+		SKIP(return, "clone3 with set_tid: %s", strerror(errno));
+	ASSERT_LE(0, pid) TH_LOG("clone3: %s", strerror(errno));
+	if (!pid) {
+		close(ready[0]);
+		close(go[1]);
+		long_names_owner(workers, ready[1], go[0]);
+	}
+	c->child = pid;
+	close(ready[1]);
+	close(go[0]);
+	ASSERT_EQ(1, read(ready[0], &ch, 1)) TH_LOG("the owner failed to set up");
+	snprintf(name, sizeof(name), "vhost-%d-%u", pid, workers - 1);
+	TH_LOG("owner %d, %u workers, up to %s (%zu characters)", pid, workers, name,
+	       strlen(name));
+	ASSERT_LE(16, strlen(name));
+
+	EXPECT_EQ(NULL, check_worker_names(pid, workers, why, sizeof(why)))
+		TH_LOG("%s", why);
+
+	ASSERT_EQ(1, write(go[1], "G", 1));
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	c->child = 0;
+	EXPECT_TRUE(WIFEXITED(status) && !WEXITSTATUS(status));
+	close(ready[0]);
+	close(go[1]);
+}
+
+/* ext4 on a loop device, a file on it as the backend, frozen at will. */
+FIXTURE(frozen) {
+	bool skipped;
+	struct ctx c;
+};
+
+FIXTURE_VARIANT(frozen) {
+	bool direct;
+};
+
+FIXTURE_VARIANT_ADD(frozen, direct) { .direct = true };
+FIXTURE_VARIANT_ADD(frozen, buffered) { .direct = false };
+
+FIXTURE_SETUP(frozen)
+{
+	ctx_init(&self->c);
+	if (access("/dev/vhost-blk", F_OK))
+		VHOST_SKIP(return, "/dev/vhost-blk missing (CONFIG_VHOST_BLK)");
+	if (geteuid())
+		VHOST_SKIP(return, "needs root");
+}
+
+FIXTURE_TEARDOWN(frozen)
+{
+	ctx_cleanup(&self->c);
+}
+
+/* Returns NULL, or why ext4 cannot be set up. */
+static const char *ext4_setup(struct ctx *c, bool direct)
+{
+	char cmd[128];
+	int ctl, n, fd;
+
+	c->img = open(EXT4_IMG, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	if (c->img < 0 || ftruncate(c->img, 64 << 20))
+		return "cannot create the image";
+	ctl = open("/dev/loop-control", O_RDWR);
+	if (ctl < 0)
+		return "no /dev/loop-control (CONFIG_BLK_DEV_LOOP)";
+	n = ioctl(ctl, LOOP_CTL_GET_FREE);
+	close(ctl);
+	if (n < 0)
+		return "no free loop device";
+	snprintf(c->loop, sizeof(c->loop), "/dev/loop%d", n);
+	fd = open(c->loop, O_RDWR);
+	if (fd < 0)
+		return "cannot open the loop device";
+	n = ioctl(fd, LOOP_SET_FD, c->img);
+	close(fd);
+	if (n) {
+		c->loop[0] = 0;
+		return "LOOP_SET_FD failed";
+	}
+	snprintf(cmd, sizeof(cmd), "mkfs.ext4 -q -F %s >/dev/null 2>&1", c->loop);
+	if (system(cmd))
+		return "mkfs.ext4 failed (e2fsprogs missing?)";
+	mkdir(EXT4_MNT, 0755);
+	if (mount(c->loop, EXT4_MNT, "ext4", 0, NULL))
+		return "cannot mount ext4 (CONFIG_EXT4_FS)";
+	c->mounted = true;
+	fd = open(EXT4_FILE, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	if (fd < 0 || ftruncate(fd, 16 << 20))
+		return "cannot create the backing file";
+	close(fd);
+	c->be = open(EXT4_FILE, O_RDWR | (direct ? O_DIRECT : 0));
+	c->dirfd = open(EXT4_MNT, O_RDONLY | O_DIRECTORY);
+	if (c->be < 0 || c->dirfd < 0)
+		return "cannot open the backing file";
+	return NULL;
+}
+
+/*
+ * 1d. A WRITE to a file on a frozen filesystem waits for the thaw, then
+ * completes with its data in place.
+ */
+VHOST_TEST_F(frozen, write_waits_for_thaw, 90)
+{
+	struct ctx *c = &self->c;
+	unsigned char *buf, *buf2, got[4096];
+	const char *why = ext4_setup(c, variant->direct);
+	int st, fd;
+
+	if (why)
+		SKIP(return, "%s", why);
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 4 << 20));
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	buf = vmm_alloc(&c->b.vmm, 4096, 4096);
+	buf2 = vmm_alloc(&c->b.vmm, 4096, 4096);
+	ASSERT_NE(NULL, buf2);
+	fill(buf, 4096, 64, 80);
+
+	ASSERT_EQ(0, ioctl(c->dirfd, FIFREEZE, 0)) TH_LOG("FIFREEZE: %s", strerror(errno));
+	c->frozen = true;
+	ASSERT_LE(0, vmm_blk_post(&c->b, 0, VIRTIO_BLK_T_OUT, 64, buf, 4096, 1, false, NULL));
+	vmm_vq_kick(&c->b.vq[0]);
+	st = vmm_blk_reap(&c->b, 0, NULL, NULL, 1000);
+	EXPECT_EQ(-1, st) TH_LOG("the WRITE completed (status %d) on a frozen filesystem", st);
+	ASSERT_EQ(0, ioctl(c->dirfd, FITHAW, 0)) TH_LOG("FITHAW: %s", strerror(errno));
+	c->frozen = false;
+	if (st < 0)
+		st = vmm_blk_reap(&c->b, 0, NULL, NULL, 5000);
+	EXPECT_EQ(VIRTIO_BLK_S_OK, st) TH_LOG("the WRITE did not complete after the thaw");
+
+	memset(buf2, 0xaa, 4096);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&c->b, 0, VIRTIO_BLK_T_IN, 64, buf2, 4096));
+	EXPECT_EQ(0, memcmp(buf, buf2, 4096));
+	fd = open(EXT4_FILE, O_RDONLY);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(4096, pread(fd, got, 4096, 64 * 512));
+	close(fd);
+	EXPECT_EQ(0, memcmp(buf, got, 4096)) TH_LOG("the file does not hold the write");
+}
+
+/* 3. Extra workers count against the caller's RLIMIT_NPROC. */
+FIXTURE(nproc) {
+	bool skipped;
+	struct ctx c;
+};
+
+FIXTURE_VARIANT(nproc) {
+	const char *dev;
+};
+
+FIXTURE_VARIANT_ADD(nproc, blk) { .dev = "/dev/vhost-blk" };
+FIXTURE_VARIANT_ADD(nproc, net) { .dev = "/dev/vhost-net" };
+
+FIXTURE_SETUP(nproc)
+{
+	ctx_init(&self->c);
+	if (access(variant->dev, F_OK))
+		VHOST_SKIP(return, "%s missing", variant->dev);
+	if (geteuid())
+		VHOST_SKIP(return, "needs root (to set up as root, then drop to uid %d)",
+			   NOBODY);
+}
+
+FIXTURE_TEARDOWN(nproc)
+{
+	ctx_cleanup(&self->c);
+}
+
+/* Report why the unprivileged child failed, and exit. */
+static void nproc_fail(int out, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (write(out, msg, n < (int)sizeof(msg) ? n : (int)sizeof(msg) - 1) < 0)
+		_exit(2);
+	_exit(1);
+}
+
+static void reap_all(pid_t *kids, int n)
+{
+	while (n--) {
+		kill(kids[n], SIGKILL);
+		waitpid(kids[n], NULL, 0);
+	}
+}
+
+/*
+ * Runs as a child of the test: owns a device as root (the default worker
+ * is not charged), then becomes user NOBODY, whose only process it is,
+ * with RLIMIT_NPROC = NPROC_LIMIT.
+ */
+static void nproc_child(const char *dev, int out)
+{
+	struct rlimit rl = { NPROC_LIMIT, NPROC_LIMIT };
+	unsigned int ids[NPROC_LIMIT], id;
+	pid_t kids[NPROC_LIMIT], pid;
+	int fd, r, i, nkids = 0;
+	double deadline;
+
+	fd = open(dev, O_RDWR);
+	if (fd < 0 || ioctl(fd, VHOST_SET_OWNER, NULL))
+		nproc_fail(out, "open/SET_OWNER %s: %s", dev, strerror(errno));
+	if (setrlimit(RLIMIT_NPROC, &rl) || setgroups(0, NULL) ||
+	    setresgid(NOBODY, NOBODY, NOBODY) || setresuid(NOBODY, NOBODY, NOBODY))
+		nproc_fail(out, "dropping to uid %d: %s", NOBODY, strerror(errno));
+
+	/* This process and NPROC_LIMIT - 1 workers fill the limit. */
+	for (i = 0; i < NPROC_LIMIT - 1; i++) {
+		r = new_worker(fd, &ids[i]);
+		if (r)
+			nproc_fail(out, "NEW_WORKER %d of %d: %s", i + 1, NPROC_LIMIT - 1,
+				   strerror(-r));
+	}
+	r = new_worker(fd, &id);
+	if (r != -EAGAIN)
+		nproc_fail(out, "NEW_WORKER beyond RLIMIT_NPROC=%d: %s", NPROC_LIMIT,
+			   r ? strerror(-r) : "succeeded");
+	/* Workers and processes share the count: fork() fails as well. */
+	pid = fork();
+	if (!pid)
+		_exit(0);
+	if (pid > 0) {
+		waitpid(pid, NULL, 0);
+		nproc_fail(out, "fork() succeeded with the limit full of workers");
+	}
+	if (errno != EAGAIN)
+		nproc_fail(out, "fork() at the limit: %s, not EAGAIN", strerror(errno));
+	/* Freeing one makes room for one. */
+	r = free_worker(fd, ids[0]);
+	if (r)
+		nproc_fail(out, "FREE_WORKER: %s", strerror(-r));
+	r = new_worker(fd, &ids[0]);
+	if (r)
+		nproc_fail(out, "NEW_WORKER after FREE_WORKER: %s", strerror(-r));
+	id = VHOST_VRING_NEW_WORKER;
+	r = set_worker(fd, 0, &id);
+	if (r != -EAGAIN)
+		nproc_fail(out, "SET_VRING_WORKER(NEW) beyond RLIMIT_NPROC: %s",
+			   r ? strerror(-r) : "succeeded");
+
+	/* Closing the device gives the charge back: NPROC_LIMIT - 1 forks fit. */
+	close(fd);
+	deadline = now_s() + 3;
+	while (nkids < NPROC_LIMIT - 1) {
+		pid = fork();
+		if (!pid) {
+			pause();
+			_exit(0);
+		}
+		if (pid > 0) {
+			kids[nkids++] = pid;
+			continue;
+		}
+		if (errno != EAGAIN || now_s() > deadline) {
+			r = errno;
+			reap_all(kids, nkids);
+			nproc_fail(out, "fork() %d of %d after close: %s", nkids + 1,
+				   NPROC_LIMIT - 1, strerror(r));
+		}
+		usleep(20 * 1000);
+	}
+	/* And the limit still holds. */
+	pid = fork();
+	if (!pid)
+		_exit(0);
+	reap_all(kids, nkids);
+	if (pid > 0) {
+		waitpid(pid, NULL, 0);
+		nproc_fail(out, "fork() beyond RLIMIT_NPROC succeeded");
+	}
+	_exit(0);
+}
+
+VHOST_TEST_F(nproc, workers_charged_to_rlimit_nproc, 60)
+{
+	char msg[256] = "";
+	int p[2], status;
+	ssize_t n;
+	pid_t pid;
+
+	ASSERT_EQ(0, pipe(p));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		close(p[0]);
+		nproc_child(variant->dev, p[1]);
+	}
+	self->c.child = pid;
+	close(p[1]);
+	n = read(p[0], msg, sizeof(msg) - 1);
+	close(p[0]);
+	if (n > 0)
+		msg[n] = 0;
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	self->c.child = 0;
+	EXPECT_TRUE(WIFEXITED(status) && !WEXITSTATUS(status))
+		TH_LOG("%s", msg[0] ? msg : "the child died");
 }
 
 TEST_HARNESS_MAIN

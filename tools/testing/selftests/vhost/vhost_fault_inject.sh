@@ -4,40 +4,51 @@
 # vhost_blk_test and vhost_worker_test again, with slab allocation failures
 # (failslab) and block I/O errors on /dev/nullb0 (fail_make_request)
 # injected at a fixed probability and interval into the test processes and
-# into the vhost worker kthreads, which a background loop marks as they
-# appear.  6.1's fault injection has no seed: the interval makes it mostly
-# repeatable, the probability spreads it.
+# into the vhost worker kthreads.  A background loop marks both
+# (/proc/<pid>/make-it-fail, task-filter=Y) as they appear; a test's forked
+# cases inherit the mark.  6.1's fault injection has no seed: the interval
+# makes it mostly repeatable, the probability spreads it.
+#
+# The marked processes run chrooted in a tmpfs holding copies of the test
+# binaries, sh and mkfs.ext4 with their libraries, with /dev, /proc and /sys
+# bound in (a mount namespace of their own): an injected failure then never
+# lands in the filesystem the system runs from (a VM's 9p root does not
+# survive one), only in what the tests do.
 #
 # The tests' own verdicts under injection are informational.  The script
 # passes when no binary hangs (timeout), none dies from a signal its harness
-# did not send, no test case dies from an unexpected signal, and the kernel
-# log gained no oops, BUG, WARNING, KASAN report, lockdep report or hung
-# task.  It prints how many faults were injected.  Exit 0 pass, 1 fail,
-# 4 skip (kselftest).
+# did not send, no test case dies from an unexpected signal, faults were
+# injected, and the kernel log gained no oops, BUG, WARNING, KASAN report,
+# lockdep report or hung task.  Every knob is restored at the end.
+# Exit 0 pass, 1 fail, 4 skip (kselftest).
 #
 # Environment: FAULT_SLAB_PROBABILITY, FAULT_SLAB_INTERVAL,
-# FAULT_IO_PROBABILITY, FAULT_IO_INTERVAL, FAULT_TIMEOUT (seconds per binary).
+# FAULT_IO_PROBABILITY, FAULT_IO_INTERVAL (percent, every Nth call),
+# FAULT_TIMEOUT (seconds per binary).
 set -u
 
 dir=$(dirname "$(readlink -f "$0")")
 dbg=/sys/kernel/debug
 nullb=/sys/block/nullb0/make-it-fail
 bins="vhost_blk_test vhost_worker_test"
-slab_prob=${FAULT_SLAB_PROBABILITY:-50}
-slab_int=${FAULT_SLAB_INTERVAL:-7}
+slab_prob=${FAULT_SLAB_PROBABILITY:-20}
+slab_int=${FAULT_SLAB_INTERVAL:-10}
 io_prob=${FAULT_IO_PROBABILITY:-50}
 io_int=${FAULT_IO_INTERVAL:-5}
-tmo=${FAULT_TIMEOUT:-100}
-budget=1000000000	# "times": counts down, so the difference is what was injected
+tmo=${FAULT_TIMEOUT:-180}
+# "times" counts down from here: the difference is what was injected.
+budget=1000000000
+# What the marker loop marks, by comm: vhost workers, the test binaries.
+marked='^(vhost-[0-9]|vhost_blk_test|vhost_worker_te)'
 bad='BUG:|kernel BUG|WARNING:|KASAN:|UBSAN:|general protection|possible circular'
 bad="$bad|possible recursive|INFO: task|Oops|rcu.*stall"
-tmp=$(mktemp -d /tmp/vhost_fault_inject.XXXXXX)
 marker="vhost_fault_inject: start $$ $RANDOM"
-ntests=4
+tmp=
+root=
+marker_pid=
+saved=()
 n=0
 fails=0
-saved=()
-marker_pid=
 
 ok() { n=$((n + 1)); echo "ok $n $*"; }
 not_ok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n $*"; }
@@ -46,21 +57,22 @@ skip_all() {
 	exit 4
 }
 
-# Remember a knob's value (once) and set it.
+# Remember a knob's value, then set it.
 knob() {
-	local f=$1 v=$2
-
-	[ -e "$f" ] || return 1
-	saved+=("$f=$(cat "$f")")
-	echo "$v" >"$f"
+	[ -e "$1" ] || return 1
+	saved+=("$1=$(cat "$1")")
+	echo "$2" >"$1"
 }
 
 restore() {
 	local i f
 
-	[ -n "$marker_pid" ] && kill "$marker_pid" 2>/dev/null && wait "$marker_pid" 2>/dev/null
+	if [ -n "$marker_pid" ]; then
+		kill "$marker_pid" 2>/dev/null
+		wait "$marker_pid" 2>/dev/null
+	fi
 	marker_pid=
-	# Probabilities first, so nothing fails while the rest is restored.
+	# Probabilities first, so that nothing fails while the rest goes back.
 	for f in "$dbg/failslab/probability" "$dbg/fail_make_request/probability"; do
 		for i in "${saved[@]}"; do
 			[ "${i%%=*}" = "$f" ] && echo "${i#*=}" >"$f"
@@ -70,27 +82,74 @@ restore() {
 		echo "${saved[i]#*=}" >"${saved[i]%%=*}" 2>/dev/null
 	done
 	saved=()
-	rm -rf "$tmp"
+	[ -n "$root" ] && umount "$root" 2>/dev/null
+	[ -n "$tmp" ] && rm -rf "$tmp"
 }
 trap restore EXIT
 
-# Mark every vhost worker kthread (vhost-<pid>[-<id>]) as it appears.
-mark_workers() {
-	local c p
+# Mark the vhost worker kthreads and the test processes as they appear.
+# Builtins only (a scan of /proc per fork is slow in an emulated guest),
+# checking each process once; a FIFO nobody writes to paces the loop.
+mark_loop() {
+	local d c sfd
+	local -A seen now
 
+	mkfifo "$tmp/pace" && exec {sfd}<>"$tmp/pace" || return
 	while :; do
-		for c in $(grep -l '^vhost-' /proc/[0-9]*/comm 2>/dev/null); do
-			p=${c#/proc/}
-			p=${p%/comm}
-			[ "$(cat "/proc/$p/make-it-fail" 2>/dev/null)" = 0 ] &&
-				echo 1 >"/proc/$p/make-it-fail" 2>/dev/null
+		now=()
+		for d in /proc/[0-9]*; do
+			now[$d]=1
+			[ -n "${seen[$d]:-}" ] && continue
+			c=
+			read -r c 2>/dev/null <"$d/comm"
+			[[ $c =~ $marked ]] && echo 1 2>/dev/null >"$d/make-it-fail"
 		done
-		sleep 0.05
+		seen=()
+		for d in "${!now[@]}"; do
+			seen[$d]=1
+		done
+		read -r -t 0.02 -u "$sfd"
 	done
 }
 
 injected() {
 	echo $((budget - $(cat "$dbg/$1/times")))
+}
+
+# An executable and the libraries it loads, into the chroot.
+copy_elf() {
+	local lib
+
+	cp -L "$1" "$root/bin/${2:-$(basename "$1")}" || return 1
+	for lib in $(ldd "$1" | grep -o '/[^ ]*'); do
+		cp -L --parents "$lib" "$root" || return 1
+	done
+}
+
+make_root() {
+	local b
+
+	mkdir "$root" && mount -t tmpfs -o mode=755 vhost_fault_inject "$root" || return 1
+	mkdir -p "$root"/{bin,etc,tmp,dev,proc,sys,usr} || return 1
+	chmod 1777 "$root/tmp"
+	ln -s bin "$root/sbin"
+	ln -s ../bin "$root/usr/bin"
+	ln -s ../bin "$root/usr/sbin"
+	ln -s /proc/self/mounts "$root/etc/mtab"
+	[ -e /etc/mke2fs.conf ] && cp /etc/mke2fs.conf "$root/etc/"
+	copy_elf "$(readlink -f /bin/sh)" sh || return 1
+	copy_elf "$(command -v mkfs.ext4)" mkfs.ext4 || echo "# no mkfs.ext4: its variants will skip"
+	for b in $bins; do
+		copy_elf "$dir/$b" || return 1
+	done
+	# Entered by unshare -m: the binds stay in that namespace.
+	cat >"$tmp/enter" <<-'EOF'
+	#!/bin/bash
+	mount --rbind /dev "$1/dev" && mount --rbind /proc "$1/proc" &&
+		mount --rbind /sys "$1/sys" && exec chroot "$1" "/bin/$2"
+	exit 125
+	EOF
+	chmod 755 "$tmp/enter"
 }
 
 echo "TAP version 13"
@@ -102,7 +161,13 @@ mountpoint -q $dbg || mount -t debugfs none $dbg 2>/dev/null
 for b in $bins; do
 	[ -x "$dir/$b" ] || skip_all "$dir/$b not built"
 done
-echo "1..$ntests"
+for b in unshare chroot setsid timeout ldd; do
+	command -v $b >/dev/null || skip_all "$b not installed"
+done
+tmp=$(mktemp -d /tmp/vhost_fault_inject.XXXXXX) || skip_all "mktemp failed"
+root=$tmp/root
+make_root || skip_all "cannot build the chroot in $root"
+echo "1..4"
 
 for t in failslab fail_make_request; do
 	knob $dbg/$t/probability 0
@@ -112,18 +177,18 @@ for t in failslab fail_make_request; do
 	knob $dbg/$t/verbose 1
 done
 knob $dbg/failslab/interval "$slab_int"
-# GFP_KERNEL allocations too: that is what vhost makes.
+# GFP_KERNEL allocations too: those are what vhost makes.
 knob $dbg/failslab/ignore-gfp-wait N
 knob $dbg/fail_make_request/interval "$io_int"
+echo "# failslab: probability $slab_prob%, interval $slab_int, GFP_KERNEL included"
 if [ -e $nullb ]; then
 	knob $nullb 1
 	echo "# fail_make_request on nullb0: probability $io_prob%, interval $io_int"
 else
 	echo "# no nullb0: no I/O errors injected"
 fi
-echo "# failslab: probability $slab_prob%, interval $slab_int, GFP_KERNEL included"
 echo "$marker" >/dev/kmsg
-mark_workers &
+mark_loop &
 marker_pid=$!
 echo "$slab_prob" >$dbg/failslab/probability
 [ -e $nullb ] && echo "$io_prob" >$dbg/fail_make_request/probability
@@ -134,9 +199,9 @@ for b in $bins; do
 	s0=$(injected failslab)
 	i0=$(injected fail_make_request)
 	# A session of its own: whatever is left of it after a timeout is
-	# found and killed.  The binary and its test cases inherit make-it-fail.
-	setsid -w bash -c 'echo $$ >"$0"; echo 1 >/proc/self/make-it-fail &&
-		exec timeout -k 10 "$1" "$2"' "$tmp/sid" "$tmo" "$dir/$b" >"$log" 2>&1 &
+	# found and killed.
+	setsid -w bash -c 'echo $$ >"$0"; exec timeout -k 10 "$1" unshare -m "$2" "$3" "$4"' \
+		"$tmp/sid" "$tmo" "$tmp/enter" "$root" "$b" >"$log" 2>&1 &
 	wait $!
 	rc=$?
 	sid=$(cat "$tmp/sid" 2>/dev/null)
@@ -145,7 +210,7 @@ for b in $bins; do
 	for p in $left; do
 		kill -9 "$p" 2>/dev/null
 	done
-	sed 's/^/# /' "$log" | grep -E '^# (ok|not ok|#.*(terminated|timeout|signal))' | head -200
+	grep -E '^(ok|not ok|#.*(terminated|timeout|signal))' "$log" | sed 's/^/# /'
 	pass=$(grep -c '^ok ' "$log")
 	failed=$(grep -c '^not ok ' "$log")
 	sigs=$(grep 'terminated unexpectedly by signal' "$log")
@@ -171,19 +236,19 @@ echo 0 >$dbg/fail_make_request/probability
 slab=$(injected failslab)
 io=$(injected fail_make_request)
 echo "# injected in all: $slab slab allocation failures, $io I/O errors"
-if [ "$slab" -gt 0 ] || [ "$io" -gt 0 ]; then
+if [ "$slab" -gt 0 ]; then
 	ok "faults were injected ($slab slab, $io I/O)"
 else
-	not_ok "faults were injected # none: the marking did not take"
+	not_ok "faults were injected # no slab failure: the marking did not take"
 fi
 
 if dmesg | grep -qF "$marker"; then
-	log=$(dmesg | sed -n "\\|$marker|,\$p")
+	klog=$(dmesg | sed -n "\\|$marker|,\$p")
 else
 	echo "# the start marker left the kernel log: checking all of it"
-	log=$(dmesg)
+	klog=$(dmesg)
 fi
-hits=$(echo "$log" | grep -E "$bad")
+hits=$(echo "$klog" | grep -E "$bad")
 if [ -z "$hits" ]; then
 	ok "kernel log clean during the run"
 else
