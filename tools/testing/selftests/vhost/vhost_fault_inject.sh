@@ -205,9 +205,18 @@ for b in $bins; do
 	wait $!
 	rc=$?
 	sid=$(cat "$tmp/sid" 2>/dev/null)
+	# A test case's child killed with I/O in flight may still be
+	# exiting (closing its vhost fd waits for that I/O): give it time,
+	# and call it left behind only if it stays.
 	left=
-	[ -n "$sid" ] && left=$(ps -o pid= -s "$sid" 2>/dev/null)
+	for ((w = 0; w < 30; w++)); do
+		[ -n "$sid" ] && left=$(ps -o pid= -s "$sid" 2>/dev/null)
+		[ -z "$left" ] && break
+		sleep 1
+	done
 	for p in $left; do
+		ps -o pid=,stat=,wchan:32=,comm= -p "$p" | sed 's/^/# left: /'
+		sed 's/^/# stack: /' "/proc/$p/stack" 2>/dev/null
 		kill -9 "$p" 2>/dev/null
 	done
 	grep -E '^(ok|not ok|#.*(terminated|timeout|signal))' "$log" | sed 's/^/# /'
