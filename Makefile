@@ -6,7 +6,7 @@
 # Everything else is for developers; see README.md.
 
 .PHONY: bench check deps lay kernel-debug kernel-release selftests vm-shell \
-	checkpatch sparse help
+	checkpatch sparse series series-check help
 
 bench:
 	vmq/bench $(BENCH_ARGS)
@@ -35,6 +35,14 @@ refresh-patch:
 
 checkpatch:
 	vmq/checkpatch
+
+# The series as maintainers receive it (series-out/), and its per-patch
+# checks (git am, W=1 + sparse build, checkpatch --strict, kernel-doc).
+series:
+	vmq/series
+
+series-check:
+	vmq/series-check
 
 sparse:
 	vmq/sparse
