@@ -15,8 +15,13 @@ echo "1..1"
 [ -e /dev/vhost-blk ] || skip "/dev/vhost-blk missing (CONFIG_VHOST_BLK)"
 [ -e /dev/vduse/control ] || skip "/dev/vduse/control missing (CONFIG_VDPA_USER)"
 [ -b $dev ] || skip "$dev missing (null_blk.nr_devices=1 null_blk.memory_backed=1)"
+# fio verifies what it reads back: null_blk must keep what is written.
+[ "$(cat /sys/module/null_blk/parameters/memory_backed 2>/dev/null)" != N ] ||
+	skip "$dev is not memory-backed (null_blk.memory_backed=1)"
+[ "$(id -u)" = 0 ] || skip "needs root (VDUSE, vdpa, $dev)"
 command -v fio >/dev/null || skip "fio not installed"
 command -v vdpa >/dev/null || skip "vdpa (iproute2) not installed"
+[ -x "$dir/vduse_blk_bridge" ] || skip "$dir/vduse_blk_bridge not built"
 
 "$dir/vduse_blk_bridge" -d $dev -n vmqverify -q 2 -p perqueue 2>&1 | sed 's/^/# /' &
 vd=

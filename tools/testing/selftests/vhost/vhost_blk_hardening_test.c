@@ -456,9 +456,11 @@ FIXTURE(hard) {
 
 FIXTURE_SETUP(hard)
 {
+	const char *why = vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK");
+
 	ctx_init(&self->c);
-	if (access("/dev/vhost-blk", F_OK))
-		VHOST_SKIP(return, "/dev/vhost-blk missing (CONFIG_VHOST_BLK)");
+	if (why)
+		VHOST_SKIP(return, "%s", why);
 	if (geteuid())
 		VHOST_SKIP(return, "needs root");
 }
@@ -581,11 +583,12 @@ VHOST_TEST_F(hard, discard_never_writes_a_block_device, 30)
 	/* 7th field: sectors written; 14th: sectors discarded. */
 	enum { WRITE_SECTORS = 6, DISCARD_SECTORS = 13 };
 	unsigned long long before[17], after[17];
+	const char *why = vhost_nullb_unusable(false, true);
 	struct ctx *c = &self->c;
 	int n;
 
-	if (access(NULLB0, F_OK))
-		SKIP(return, "%s missing (null_blk.nr_devices=1)", NULLB0);
+	if (why)
+		SKIP(return, "%s", why);
 	c->be = open(NULLB0, O_RDWR | O_DIRECT);
 	ASSERT_LE(0, c->be);
 	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 1 << 20));
@@ -612,10 +615,11 @@ VHOST_TEST_F(hard, write_zeroes_zeroes_a_block_device, 30)
 	struct ctx *c = &self->c;
 	uint64_t sector = 4096;
 	unsigned char *buf, *buf2;
+	const char *why = vhost_nullb_unusable(true, false);
 	unsigned int i;
 
-	if (access(NULLB0, F_OK))
-		SKIP(return, "%s missing (null_blk.nr_devices=1)", NULLB0);
+	if (why)
+		SKIP(return, "%s", why);
 	c->be = open(NULLB0, O_RDWR | O_DIRECT);
 	ASSERT_LE(0, c->be);
 	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 1 << 20));
@@ -1343,9 +1347,11 @@ FIXTURE_VARIANT_ADD(frozen, buffered) { .direct = false };
 
 FIXTURE_SETUP(frozen)
 {
+	const char *why = vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK");
+
 	ctx_init(&self->c);
-	if (access("/dev/vhost-blk", F_OK))
-		VHOST_SKIP(return, "/dev/vhost-blk missing (CONFIG_VHOST_BLK)");
+	if (why)
+		VHOST_SKIP(return, "%s", why);
 	if (geteuid())
 		VHOST_SKIP(return, "needs root");
 }
@@ -1456,9 +1462,13 @@ FIXTURE_VARIANT_ADD(nproc, net) { .dev = "/dev/vhost-net" };
 
 FIXTURE_SETUP(nproc)
 {
+	const char *why = vhost_unusable(variant->dev,
+					 strcmp(variant->dev, "/dev/vhost-net") ?
+					 "CONFIG_VHOST_BLK" : "CONFIG_VHOST_NET");
+
 	ctx_init(&self->c);
-	if (access(variant->dev, F_OK))
-		VHOST_SKIP(return, "%s missing", variant->dev);
+	if (why)
+		VHOST_SKIP(return, "%s", why);
 	if (geteuid())
 		VHOST_SKIP(return, "needs root (to set up as root, then drop to uid %d)",
 			   NOBODY);

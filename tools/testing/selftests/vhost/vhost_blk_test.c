@@ -123,17 +123,22 @@ FIXTURE_VARIANT_ADD(blk, ext4_file_direct) { .backend = BE_EXT4_FILE, .direct = 
 
 FIXTURE_SETUP(blk)
 {
-	const char *path = NULLB;
+	const char *path = NULLB, *why;
 	int flags = O_RDWR | (variant->direct ? O_DIRECT : 0), r;
 
 	self->img = -1;
 	self->check = -1;
 	self->backing = -1;
 	self->loop[0] = 0;
-	if (access("/dev/vhost-blk", F_OK))
-		VHOST_SKIP(return, "/dev/vhost-blk missing (CONFIG_VHOST_BLK)");
-	if (variant->backend == BE_NULLB && access(NULLB, F_OK))
-		VHOST_SKIP(return, "%s missing (null_blk.nr_devices=1)", NULLB);
+	why = vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK");
+	if (!why && variant->backend == BE_NULLB)
+		why = vhost_nullb_unusable(true, false);
+	/* Loop devices and mounting ext4 are root's. */
+	if (!why && (variant->backend == BE_LOOP || variant->backend == BE_EXT4_FILE) &&
+	    geteuid())
+		why = "needs root (a loop device)";
+	if (why)
+		VHOST_SKIP(return, "%s", why);
 	if (variant->backend != BE_NULLB) {
 		self->img = make_image();
 		ASSERT_LE(0, self->img);
@@ -313,8 +318,12 @@ static void check_zeroed(struct __test_metadata *_metadata,
  */
 VHOST_TEST_F(blk, discard_spares_neighbours, 30)
 {
+	const char *why = variant->backend == BE_NULLB ?
+			  vhost_nullb_unusable(true, true) : NULL;
 	uint64_t sector = 2048;
 
+	if (why)
+		SKIP(return, "%s", why);
 	fill(self->buf, 65536, sector, 5);
 	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&self->b, 2, VIRTIO_BLK_T_OUT, sector,
 					      self->buf, 65536));
@@ -574,10 +583,12 @@ TEST(read_only_backend)
 {
 	struct vmm_blk b;
 	void *buf, *before, *after;
-	int img = make_image(), ro;
+	const char *why = vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK");
+	int img, ro;
 
-	if (access("/dev/vhost-blk", F_OK))
-		SKIP(return, "/dev/vhost-blk missing (CONFIG_VHOST_BLK)");
+	if (why)
+		SKIP(return, "%s", why);
+	img = make_image();
 	ASSERT_LE(0, img);
 	before = malloc(8192);
 	after = malloc(8192);
@@ -611,10 +622,13 @@ TEST(read_only_backend)
 TEST(set_backend_errors)
 {
 	struct vhost_blk_backend be = { .fd = -1 };
-	int fd = open("/dev/vhost-blk", O_RDWR), img;
+	const char *why = vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK");
+	int fd, img;
 
-	if (fd < 0)
-		SKIP(return, "/dev/vhost-blk missing (CONFIG_VHOST_BLK)");
+	if (why)
+		SKIP(return, "%s", why);
+	fd = open("/dev/vhost-blk", O_RDWR);
+	ASSERT_LE(0, fd);
 	/* Before VHOST_SET_OWNER. */
 	EXPECT_EQ(-1, ioctl(fd, VHOST_BLK_SET_BACKEND, &be));
 	EXPECT_EQ(EPERM, errno);
@@ -653,10 +667,12 @@ TEST(dirty_log_marks_exactly_the_pages_in_requests_wrote)
 	struct vmm_blk b;
 	unsigned long expect[8];
 	unsigned int nexp = 0, k;
-	int img = make_image();
+	const char *why = vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK");
+	int img;
 
-	if (access("/dev/vhost-blk", F_OK))
-		SKIP(return, "/dev/vhost-blk missing (CONFIG_VHOST_BLK)");
+	if (why)
+		SKIP(return, "%s", why);
+	img = make_image();
 	ASSERT_LE(0, img);
 	ASSERT_EQ(0, vmm_blk_open(&b, 1, 64, features, mem));
 	/* One bit per 4K guest page, from guest address 0. */
@@ -710,10 +726,12 @@ TEST(device_iotlb)
 	struct vhost_vring_addr a = { .index = 0 };
 	struct vmm_blk b;
 	void *buf, *buf2;
-	int img = make_image();
+	const char *why = vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK");
+	int img;
 
-	if (access("/dev/vhost-blk", F_OK))
-		SKIP(return, "/dev/vhost-blk missing (CONFIG_VHOST_BLK)");
+	if (why)
+		SKIP(return, "%s", why);
+	img = make_image();
 	ASSERT_LE(0, img);
 	ASSERT_EQ(0, vmm_blk_open(&b, 1, 64, features, 4 << 20));
 	ASSERT_EQ(0, ioctl(b.fd, VHOST_SET_BACKEND_FEATURES, &backend_features));
@@ -751,8 +769,12 @@ TEST(kill_owner_with_io_in_flight)
 	pid_t pid;
 	char c;
 
-	if (access("/dev/vhost-blk", F_OK) || access(NULLB, F_OK))
-		SKIP(return, "/dev/vhost-blk or %s missing", NULLB);
+	const char *why = vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK");
+
+	if (!why)
+		why = vhost_nullb_unusable(false, false);
+	if (why)
+		SKIP(return, "%s", why);
 	ASSERT_EQ(0, pipe(p));
 	pid = fork();
 	ASSERT_LE(0, pid);

@@ -3552,6 +3552,7 @@ FIXTURE_VARIANT_ADD(fuzz, net) { .type = FZ_NET, .share = 1 };
 static int fz_blk_stores(struct fuzz *f)
 {
 	static const char zero[4096];
+	const char *why;
 	__u64 size;
 	int fd, i;
 
@@ -3562,9 +3563,13 @@ static int fz_blk_stores(struct fuzz *f)
 	f->bfd[BE_FILE] = open(FZ_FILE, O_RDWR | O_CLOEXEC);
 	f->bfd[BE_FILE_RO] = open(FZ_FILE, O_RDONLY | O_CLOEXEC);
 	f->cap[1] = FZ_FILE_SIZE / 512;
-	f->bfd[BE_NULLB_DIRECT] = open(FZ_NULLB, O_RDWR | O_DIRECT | O_CLOEXEC);
-	f->bfd[BE_NULLB] = open(FZ_NULLB, O_RDWR | O_CLOEXEC);
-	f->bfd[BE_NULLB_RO] = open(FZ_NULLB, O_RDONLY | O_CLOEXEC);
+	/* The shadow checks what reads return: only a memory-backed one. */
+	why = vhost_nullb_unusable(true, false);
+	if (!why) {
+		f->bfd[BE_NULLB_DIRECT] = open(FZ_NULLB, O_RDWR | O_DIRECT | O_CLOEXEC);
+		f->bfd[BE_NULLB] = open(FZ_NULLB, O_RDWR | O_CLOEXEC);
+		f->bfd[BE_NULLB_RO] = open(FZ_NULLB, O_RDONLY | O_CLOEXEC);
+	}
 	if (f->bfd[BE_NULLB] >= 0 && !ioctl(f->bfd[BE_NULLB], BLKGETSIZE64, &size)) {
 		f->cap[0] = size / 512;
 		/* The shadowed sectors start out as zeroes. */
@@ -3573,7 +3578,8 @@ static int fz_blk_stores(struct fuzz *f)
 				return -errno;
 		fsync(f->bfd[BE_NULLB]);
 	} else {
-		ksft_print_msg("%s missing: vhost-blk fuzzed over a file only\n", FZ_NULLB);
+		ksft_print_msg("%s: vhost-blk fuzzed over a file only\n",
+			       why ? why : FZ_NULLB " unusable");
 		for (i = BE_NULLB_DIRECT; i <= BE_NULLB_RO; i++) {
 			if (f->bfd[i] >= 0)
 				close(f->bfd[i]);
@@ -3592,18 +3598,15 @@ static int fz_blk_stores(struct fuzz *f)
 
 FIXTURE_SETUP(fuzz)
 {
-	const char *dev = variant->type == FZ_BLK ? "/dev/vhost-blk" : "/dev/vhost-net";
+	const char *why = variant->type == FZ_BLK ?
+			  vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK") :
+			  vhost_net_unusable();
 	struct fuzz *f;
 	unsigned int i;
-	int fd, r;
+	int r;
 
-	fd = open(dev, O_RDWR | O_CLOEXEC);
-	if (fd < 0 && errno == ENOENT)
-		VHOST_SKIP(return, "%s missing (CONFIG_VHOST_%s)", dev,
-			   variant->type == FZ_BLK ? "BLK" : "NET");
-	if (fd < 0)
-		VHOST_SKIP(return, "cannot open %s: %s (not root?)", dev, strerror(errno));
-	close(fd);
+	if (why)
+		VHOST_SKIP(return, "%s", why);
 	f = calloc(1, sizeof(*f));
 	ASSERT_NE(NULL, f);
 	self->f = f;

@@ -36,16 +36,19 @@ FIXTURE(net) {
 
 FIXTURE_SETUP(net)
 {
-	int r = vmm_net_open(&self->n, 256, "vmqtap%d");
+	const char *why = vhost_net_unusable();
+	int r;
 
-	if (r == -ENOENT)
-		VHOST_SKIP(return, "/dev/vhost-net or /dev/net/tun missing");
+	if (why)
+		VHOST_SKIP(return, "%s", why);
+	r = vmm_net_open(&self->n, 256, "vmqtap%d");
 	ASSERT_EQ(0, r) TH_LOG("vmm_net_open: %s", strerror(-r));
 }
 
 FIXTURE_TEARDOWN(net)
 {
-	vmm_net_close(&self->n);
+	if (!self->skipped)
+		vmm_net_close(&self->n);
 }
 
 static void check_tx(struct __test_metadata *_metadata, struct vmm_net *n,
@@ -122,9 +125,12 @@ FIXTURE(ring) {
 
 FIXTURE_SETUP(ring)
 {
+	const char *why = vhost_unusable("/dev/vhost-net", "CONFIG_VHOST_NET");
+
+	self->fd = -1;
+	if (why)
+		VHOST_SKIP(return, "%s", why);
 	self->fd = open("/dev/vhost-net", O_RDWR);
-	if (self->fd < 0 && errno == ENOENT)
-		VHOST_SKIP(return, "/dev/vhost-net missing (CONFIG_VHOST_NET)");
 	ASSERT_LE(0, self->fd);
 	ASSERT_EQ(0, vmm_init(&self->vmm, 1 << 20));
 }
@@ -254,8 +260,11 @@ VHOST_TEST_F(ring, busy_ring_refuses_resize, 30)
 {
 	struct vmm_net n;
 	struct vhost_vring_state s = { .index = VMM_NET_TX, .num = 64 };
+	const char *why = vhost_net_unusable();
 	int r;
 
+	if (why)
+		SKIP(return, "%s", why);
 	r = vmm_net_open(&n, 64, "vmqtap%d");
 	ASSERT_EQ(0, r);
 	EXPECT_EQ(-1, ioctl(n.fd, VHOST_SET_VRING_NUM, &s));

@@ -335,7 +335,7 @@ static bool time_left(FIXTURE_DATA(race) * self)
 
 FIXTURE_SETUP(race)
 {
-	const char *env;
+	const char *env, *why;
 	uint64_t seed;
 	unsigned int i;
 
@@ -343,13 +343,16 @@ FIXTURE_SETUP(race)
 	self->check = -1;
 	self->img = -1;
 	self->b.fd = -1;
-	if (access("/dev/vhost-blk", F_OK))
-		VHOST_SKIP(return, "/dev/vhost-blk missing (CONFIG_VHOST_BLK)");
+	why = vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK");
+	if (why)
+		VHOST_SKIP(return, "%s", why);
 	if (geteuid())
 		VHOST_SKIP(return, "needs root (block devices, loop, mount)");
 	self->path = NULLB;
-	if (!variant->ext4 && access(NULLB, F_OK))
-		VHOST_SKIP(return, "%s missing (null_blk.nr_devices=1)", NULLB);
+	/* Every block is checked against what was last written to it. */
+	why = variant->ext4 ? NULL : vhost_nullb_unusable(true, false);
+	if (why)
+		VHOST_SKIP(return, "%s", why);
 	if (variant->ext4) {
 		char cmd[128];
 		int fd;

@@ -104,9 +104,12 @@ FIXTURE(dev) {
 
 FIXTURE_SETUP(dev)
 {
+	const char *why = vhost_unusable("/dev/vhost-net", "CONFIG_VHOST_NET");
+
+	self->fd = -1;
+	if (why)
+		VHOST_SKIP(return, "%s", why);
 	self->fd = open("/dev/vhost-net", O_RDWR);
-	if (self->fd < 0 && errno == ENOENT)
-		VHOST_SKIP(return, "/dev/vhost-net missing (CONFIG_VHOST_NET)");
 	ASSERT_LE(0, self->fd);
 }
 
@@ -249,6 +252,9 @@ VHOST_TEST_F(dev, cap_on_workers_per_device, 30)
 
 	if (old < 0)
 		SKIP(return, "%s missing", MAX_WORKERS_PARAM);
+	if (access(MAX_WORKERS_PARAM, W_OK))
+		SKIP(return, "cannot write %s: %s (not root?)", MAX_WORKERS_PARAM,
+		     strerror(errno));
 	EXPECT_EQ(64, old) TH_LOG("documented default is 64");
 	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
 	ASSERT_EQ(0, write_param(MAX_WORKERS_PARAM, 3));
@@ -267,10 +273,13 @@ VHOST_TEST_F(dev, cap_on_workers_per_device, 30)
 VHOST_TEST_F(dev, drivers_without_support_answer_enotty, 30)
 {
 	struct vhost_vring_worker w = { .index = 0, .worker_id = 0 };
-	int fd = open("/dev/vhost-vsock", O_RDWR);
+	const char *why = vhost_unusable("/dev/vhost-vsock", "CONFIG_VHOST_VSOCK");
+	int fd;
 
-	if (fd < 0)
-		SKIP(return, "/dev/vhost-vsock missing (CONFIG_VHOST_VSOCK)");
+	if (why)
+		SKIP(return, "%s", why);
+	fd = open("/dev/vhost-vsock", O_RDWR);
+	ASSERT_LE(0, fd);
 	ASSERT_EQ(0, ioctl(fd, VHOST_SET_OWNER, NULL));
 	/*
 	 * As on mainline, the vring ioctl path sees these first: with a valid
@@ -317,6 +326,8 @@ VHOST_TEST_F(dev, workers_join_owner_cgroup, 30)
 
 	if (access("/sys/fs/cgroup/cgroup.procs", F_OK))
 		SKIP(return, "cgroup2 not mounted at /sys/fs/cgroup");
+	if (access("/sys/fs/cgroup", W_OK))
+		SKIP(return, "cannot create a cgroup: %s (not root?)", strerror(errno));
 	rmdir(cg);
 	ASSERT_EQ(0, mkdir(cg, 0755));
 	snprintf(path, sizeof(path), "%s/cgroup.procs", cg);
@@ -358,17 +369,20 @@ FIXTURE(traffic) {
 
 FIXTURE_SETUP(traffic)
 {
-	int r = vmm_net_open(&self->n, 256, "vmqwt%d");
+	const char *why = vhost_net_unusable();
+	int r;
 
-	if (r == -ENOENT)
-		VHOST_SKIP(return, "/dev/vhost-net or /dev/net/tun missing");
-	ASSERT_EQ(0, r);
+	if (why)
+		VHOST_SKIP(return, "%s", why);
+	r = vmm_net_open(&self->n, 256, "vmqwt%d");
+	ASSERT_EQ(0, r) TH_LOG("vmm_net_open: %s", strerror(-r));
 	ASSERT_EQ(0, vmm_net_post_rx(&self->n, 256));
 }
 
 FIXTURE_TEARDOWN(traffic)
 {
-	vmm_net_close(&self->n);
+	if (!self->skipped)
+		vmm_net_close(&self->n);
 }
 
 /*
