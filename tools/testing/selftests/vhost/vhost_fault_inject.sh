@@ -155,7 +155,8 @@ make_root() {
 echo "TAP version 13"
 [ "$(id -u)" = 0 ] || skip_all "needs root"
 mountpoint -q $dbg || mount -t debugfs none $dbg 2>/dev/null
-[ -d $dbg/failslab ] || skip_all "no $dbg/failslab (CONFIG_FAILSLAB, CONFIG_FAULT_INJECTION_DEBUG_FS)"
+[ -d $dbg/failslab ] ||
+	skip_all "no $dbg/failslab (CONFIG_FAILSLAB, CONFIG_FAULT_INJECTION_DEBUG_FS)"
 [ -d $dbg/fail_make_request ] || skip_all "no $dbg/fail_make_request (CONFIG_FAIL_MAKE_REQUEST)"
 [ -e /proc/self/make-it-fail ] || skip_all "no /proc/<pid>/make-it-fail (CONFIG_FAULT_INJECTION)"
 for b in $bins; do
@@ -225,7 +226,8 @@ for b in $bins; do
 	sigs=$(grep 'terminated unexpectedly by signal' "$log")
 	what="$b under fault injection: exit $rc after $((SECONDS - start)) s,"
 	what="$what $pass ok / $failed not ok (informational),"
-	what="$what $(($(injected failslab) - s0)) slab, $(($(injected fail_make_request) - i0)) I/O faults"
+	what="$what $(($(injected failslab) - s0)) slab,"
+	what="$what $(($(injected fail_make_request) - i0)) I/O faults"
 	if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
 		not_ok "$what # hung: killed after ${tmo}s"
 	elif [ "$rc" -ge 128 ]; then
