@@ -34,7 +34,8 @@ rc=1
 if [ -z "$vd" ]; then
 	echo "# no /dev/vdX appeared"
 else
-	echo "# /dev/$vd: $(cat /sys/block/$vd/size) sectors, $(ls /sys/block/$vd/mq | wc -l) queue(s)"
+	echo "# /dev/$vd: $(cat /sys/block/$vd/size) sectors," \
+		"$(ls /sys/block/$vd/mq | wc -l) queue(s)"
 	echo "# vhost threads: $(ps -eo comm | grep vhost- | tr '\n' ' ')"
 	fio --name=verify --filename=/dev/$vd --direct=1 --ioengine=io_uring \
 		--rw=randwrite --bs=4k --size=32M --iodepth=16 --numjobs=2 \

@@ -138,7 +138,8 @@ make_root() {
 	ln -s /proc/self/mounts "$root/etc/mtab"
 	[ -e /etc/mke2fs.conf ] && cp /etc/mke2fs.conf "$root/etc/"
 	copy_elf "$(readlink -f /bin/sh)" sh || return 1
-	copy_elf "$(command -v mkfs.ext4)" mkfs.ext4 || echo "# no mkfs.ext4: its variants will skip"
+	copy_elf "$(command -v mkfs.ext4)" mkfs.ext4 ||
+		echo "# no mkfs.ext4: its variants will skip"
 	for b in $bins; do
 		copy_elf "$dir/$b" || return 1
 	done
