@@ -28,6 +28,10 @@
 set -u
 
 dir=$(dirname "$(readlink -f "$0")")
+# "make run_tests" with a separate output directory runs this script from
+# the source tree; the binaries are in lib.mk's OUTPUT, which the Makefile
+# exports.
+[ -x "$dir/vhost_blk_test" ] || [ -z "${OUTPUT:-}" ] || dir=$OUTPUT
 dbg=/sys/kernel/debug
 nullb=/sys/block/nullb0/make-it-fail
 bins="vhost_blk_test vhost_worker_test"
