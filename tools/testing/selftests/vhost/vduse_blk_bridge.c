@@ -13,6 +13,9 @@
  *   - the kick eventfd VDUSE signals is vhost's kick eventfd;
  *   - vhost's call eventfds are relayed as VDUSE_VQ_INJECT_IRQ by a thread
  *     (VDUSE takes interrupts only by ioctl).
+ * With -b USEC every ring it hands over busy-polls for up to USEC
+ * microseconds before its worker sleeps (VHOST_SET_VRING_BUSYLOOP_TIMEOUT,
+ * set once the ring is set up; without -b a ring keeps the module's default).
  * On SIGINT/SIGTERM it removes the vdpa device, stops vhost-blk and destroys
  * the VDUSE device.
  */
@@ -48,11 +51,14 @@
 
 static const char usage[] =
 "usage: vduse_blk_bridge -d BACKING [-n NAME] [-q QUEUES] [-p perqueue|shared]\n"
+"                        [-b USEC]\n"
 "  Creates VDUSE virtio-blk device NAME (default vhostblk0) with QUEUES\n"
 "  queues (default 1) served by /dev/vhost-blk from BACKING (a block device\n"
 "  or file, opened O_DIRECT), binds it with \"vdpa dev add\" and runs until\n"
 "  SIGINT or SIGTERM.  -p shared puts every ring on one vhost worker; the\n"
-"  default gives each ring its own.\n";
+"  default gives each ring its own.  -b USEC: every ring busy-polls for up\n"
+"  to USEC microseconds before its worker sleeps\n"
+"  (VHOST_SET_VRING_BUSYLOOP_TIMEOUT; 0 disables; default: the module's).\n";
 
 struct region {
 	uint64_t iova, size;
@@ -63,6 +69,7 @@ static struct {
 	const char *name, *policy;
 	int backing, dev, vhost;
 	unsigned int nq;
+	long busyloop;		/* -b USEC, or -1: leave the module's default */
 	uint64_t bytes;
 	struct region reg[MAX_REGIONS];
 	unsigned int nreg;
@@ -70,7 +77,7 @@ static struct {
 	int stop_relay;		/* eventfd: tells the relay thread to stop */
 	pthread_t relay;
 	bool running;
-} br = { .name = "vhostblk0", .policy = "perqueue", .vhost = -1, .nq = 1 };
+} br = { .name = "vhostblk0", .policy = "perqueue", .vhost = -1, .nq = 1, .busyloop = -1 };
 
 static void die(const char *what)
 {
@@ -282,6 +289,12 @@ static void start_vhost(void)
 			if (ioctl(br.vhost, VHOST_ATTACH_VRING_WORKER, &w))
 				die("VHOST_ATTACH_VRING_WORKER");
 		}
+		if (br.busyloop >= 0) {
+			struct vhost_vring_state t = { .index = q, .num = br.busyloop };
+
+			if (ioctl(br.vhost, VHOST_SET_VRING_BUSYLOOP_TIMEOUT, &t))
+				die("VHOST_SET_VRING_BUSYLOOP_TIMEOUT");
+		}
 	}
 	br.stop_relay = eventfd(0, EFD_CLOEXEC);
 	if (br.stop_relay < 0 || pthread_create(&br.relay, NULL, relay, NULL))
@@ -291,6 +304,8 @@ static void start_vhost(void)
 	br.running = true;
 	fprintf(stderr, "vduse_blk_bridge: %s: %u queue(s) on vhost-blk (%s workers)",
 		br.name, br.nq, br.policy);
+	if (br.busyloop >= 0)
+		fprintf(stderr, ", busy polling %ld us", br.busyloop);
 	fprintf(stderr, ", %u IOVA region(s)\n", br.nreg);
 }
 
@@ -386,8 +401,9 @@ int main(int argc, char **argv)
 	unsigned int q;
 	int ctl, opt, sig;
 	sigset_t sigs;
+	char *end;
 
-	while ((opt = getopt(argc, argv, "d:n:q:p:h")) != -1) {
+	while ((opt = getopt(argc, argv, "d:n:q:p:b:h")) != -1) {
 		switch (opt) {
 		case 'd':
 			path = optarg;
@@ -400,6 +416,16 @@ int main(int argc, char **argv)
 			break;
 		case 'p':
 			br.policy = optarg;
+			break;
+		case 'b':
+			errno = 0;
+			br.busyloop = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || br.busyloop < 0 ||
+			    br.busyloop > UINT32_MAX) {
+				fprintf(stderr, "vduse_blk_bridge: -b %s: not a timeout in us\n",
+					optarg);
+				return 2;
+			}
 			break;
 		default:
 			fputs(usage, opt == 'h' ? stdout : stderr);
