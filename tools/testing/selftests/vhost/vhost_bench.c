@@ -3,16 +3,20 @@
  * vhost_bench: throughput through vhost devices, driven by the selftests'
  * userspace VMM/driver library.  Not a test: it prints figures.
  *
- *   vhost_bench blk -d DEV [-q QUEUES] [-D DEPTH] [-s SECONDS] [-b BS]
- *                   [-p perqueue|shared] [-w]
- *	4k (or BS) random reads (-w: writes) on DEV through /dev/vhost-blk,
- *	DEPTH requests in flight on each of QUEUES rings, one driver thread
- *	per ring.  perqueue: each ring on its own worker (the default policy);
- *	shared: every ring bound to the device's default worker.
+ *   vhost_bench blk -d DEV [-q QUEUES] [-D DEPTH] [-s SECONDS] [-B BS]
+ *                   [-p perqueue|shared] [-b USEC] [-w]
+ *	4k (or BS bytes, a multiple of 512) random reads (-w: writes) on DEV
+ *	through /dev/vhost-blk, DEPTH requests in flight on each of QUEUES
+ *	rings, one driver thread per ring.  perqueue: each ring on its own
+ *	worker (the default policy); shared: every ring bound to the device's
+ *	default worker.  -b USEC: every ring busy-polls for up to USEC
+ *	microseconds before its worker sleeps (VHOST_SET_VRING_BUSYLOOP_TIMEOUT
+ *	once the rings are set up; 0 disables; without -b rings keep the
+ *	module's default), as vduse_blk_bridge -b does.
  *   vhost_bench blk -d DEV -u SOCKET [...]
  *	The same driver and load against a vhost-user-blk backend on unix
  *	socket SOCKET (qemu-storage-daemon --export type=vhost-user-blk)
- *	serving DEV; DEV only gives the capacity.
+ *	serving DEV; DEV only gives the capacity (-b does not apply).
  *   vhost_bench net [-s SECONDS]
  *	frames/s through vhost-net over a tap with the default single worker:
  *	guest TX to the wire and wire to guest RX, 256-byte frames.
@@ -108,6 +112,7 @@ static int bench_blk(int argc, char **argv)
 {
 	const char *dev = NULL, *policy = "perqueue", *sock = NULL;
 	unsigned int nq = 1, depth = 32, bs = 4096, secs = 5, q;
+	long busyloop = -1;
 	struct blk_job jobs[VHOST_BLK_MAX_QUEUES];
 	pthread_t th[VHOST_BLK_MAX_QUEUES];
 	unsigned long long total = 0, errors = 0;
@@ -117,8 +122,9 @@ static int bench_blk(int argc, char **argv)
 	struct stat st;
 	double t0, t1;
 	int opt, fd, r;
+	char *end;
 
-	while ((opt = getopt(argc, argv, "d:q:D:s:b:p:u:w")) != -1) {
+	while ((opt = getopt(argc, argv, "d:q:D:s:B:b:p:u:w")) != -1) {
 		switch (opt) {
 		case 'd':
 			dev = optarg;
@@ -132,8 +138,18 @@ static int bench_blk(int argc, char **argv)
 		case 's':
 			secs = atoi(optarg);
 			break;
-		case 'b':
+		case 'B':
 			bs = atoi(optarg);
+			break;
+		case 'b':
+			errno = 0;
+			busyloop = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || busyloop < 0 ||
+			    busyloop > UINT32_MAX) {
+				fprintf(stderr, "vhost_bench: -b %s: not a timeout in us\n",
+					optarg);
+				return 2;
+			}
 			break;
 		case 'p':
 			policy = optarg;
@@ -148,8 +164,10 @@ static int bench_blk(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!dev || !nq || nq > VHOST_BLK_MAX_QUEUES || depth * 2 > 256) {
-		fprintf(stderr, "usage: vhost_bench blk -d DEV [-q 1..16] [-D 1..128] ...\n");
+	if (!dev || !nq || nq > VHOST_BLK_MAX_QUEUES || !depth || depth * 2 > 256 ||
+	    !bs || bs % 512 || (sock && busyloop >= 0)) {
+		fprintf(stderr, "usage: vhost_bench blk -d DEV [-q 1..16] [-D 1..128] "
+			"[-B BS] [-b USEC (not with -u)] ...\n");
 		return 2;
 	}
 	fd = open(dev, O_RDWR | O_DIRECT);
@@ -184,6 +202,15 @@ static int bench_blk(int argc, char **argv)
 			}
 		}
 	}
+	/* Every ring is set up: its busy-poll timeout, before requests flow. */
+	for (q = 0; busyloop >= 0 && q < nq; q++) {
+		struct vhost_vring_state t = { .index = q, .num = busyloop };
+
+		if (ioctl(b.fd, VHOST_SET_VRING_BUSYLOOP_TIMEOUT, &t)) {
+			perror("VHOST_SET_VRING_BUSYLOOP_TIMEOUT");
+			return 1;
+		}
+	}
 	if (!sock && vmm_blk_set_backend(&b, fd)) {
 		perror("VHOST_BLK_SET_BACKEND");
 		return 1;
@@ -207,6 +234,8 @@ static int bench_blk(int argc, char **argv)
 	printf("{\"path\":\"%s\",\"queues\":%u,\"depth\":%u,\"bs\":%u,",
 	       sock ? "qsd-vhost-user" : !strcmp(policy, "shared") ?
 	       "vhost-blk-shared" : "vhost-blk-perqueue", nq, depth, bs);
+	if (busyloop >= 0)
+		printf("\"busyloop_us\":%ld,", busyloop);
 	printf("\"rw\":\"%s\",\"iops\":%.0f,\"errors\":%llu,\"seconds\":%.2f}\n",
 	       write ? "randwrite" : "randread", total / (t1 - t0), errors, t1 - t0);
 	vmm_blk_close(&b);
