@@ -11,14 +11,34 @@
  * Threads.  A ring's kick runs vhost_blk_handle_kick() on the ring's worker.
  * The handler takes every available request, checks it and submits it: reads
  * and writes as kiocbs against the backing file (asynchronous direct I/O
- * when the file was opened O_DIRECT, page-cache I/O otherwise), the other
- * types synchronously.  The worker never waits for a read or a write: their
- * completions, which may run in interrupt context, only put the request on
- * the ring's completion list and queue the ring's complete_work, which then
- * writes the status byte, fills the used ring, logs dirty pages and signals
- * the guest, again on the ring's worker.  Each ring gets a worker of its own
+ * when the file was opened O_DIRECT, page-cache I/O otherwise), or, for a
+ * block device opened O_DIRECT, as a bio straight to the device (the
+ * bio_submit module parameter); the other types synchronously.  The worker
+ * never waits for a read or a write: their completions, which may run in
+ * interrupt context, only put the request on the ring's completion list and
+ * queue the ring's complete_work, which then writes the status bytes, fills
+ * the used ring, logs dirty pages and signals the guest once for the whole
+ * batch, again on the ring's worker.  Each ring gets a worker of its own
  * when it starts, unless the worker_pool module parameter or the VMM (with
  * the vhost worker ioctls) say otherwise.
+ *
+ * The fast path shares nothing between rings: a request lives in a slot its
+ * ring allocated when it started (no allocation per request, unless its
+ * chain is longer than a slot's own iovecs), each ring counts its own
+ * requests in flight under its own mutex, holds its own copy of the VMM's
+ * credentials, and uses the device's backing file without a reference of
+ * its own (the file changes only with every ring drained).  A handler plugs
+ * its batch, so a block device sees it at once.
+ *
+ * Busy polling.  With a ring's busyloop_timeout (VHOST_SET_VRING_BUSYLOOP_
+ * TIMEOUT; the module parameter of that name gives rings their first value)
+ * the handler, once the ring is empty, keeps guest notifications off and
+ * watches the avail ring for up to that many microseconds before it sleeps,
+ * and complete_work runs the handler again after returning requests, as the
+ * guest is then about to send more.  It stops polling at once when other
+ * work waits on its worker (its ring's completions among it), when the
+ * scheduler wants the CPU or a signal is pending.  The CPU it spins is the
+ * owner's: the worker runs in the owner's cgroups.
  *
  * Quiescing.  VHOST_BLK_SET_BACKEND pauses the rings (no new request is
  * taken), waits until every request in flight has completed and been
@@ -33,8 +53,9 @@
  * mutex.  Waits on ioctl paths are killable; the release path waits for
  * good and drops completions whose IOTLB miss no one will answer.
  *
- * Bounds.  A ring has at most vq.num requests in flight, however often a
- * guest publishes heads; request memory is charged to the owner's memcg.
+ * Bounds.  A ring has at most one request in flight per slot, that is
+ * min(vq.num, VHOST_BLK_MAX_SLOTS), however often a guest publishes heads;
+ * the slots, and the iovecs of long chains, are charged to the owner's memcg.
  * Handlers submit with the credentials of the VMM that set the backend, not
  * the worker's kernel credentials.
  *
@@ -71,6 +92,8 @@
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/rcupdate.h>
+#include <linux/sched/clock.h>
+#include <linux/sched/signal.h>
 #include <linux/slab.h>
 #include <linux/spinlock.h>
 #include <linux/uio.h>
@@ -86,10 +109,31 @@ module_param(worker_pool, uint, 0644);
 MODULE_PARM_DESC(worker_pool,
 		 "Workers for rings the VMM did not bind: 0 = one worker per ring, 1 = all rings on the device's default worker, N > 1 = a pool of N workers shared round-robin (default: 0)");
 
+static bool bio_submit = true;
+module_param(bio_submit, bool, 0644);
+MODULE_PARM_DESC(bio_submit,
+		 "Reads and writes to a block device opened O_DIRECT go to it as bios, not through its read_iter/write_iter (default: Y)");
+
+static unsigned int busyloop_timeout;
+module_param(busyloop_timeout, uint, 0644);
+MODULE_PARM_DESC(busyloop_timeout,
+		 "Microseconds a ring's worker busy-polls for new requests before it sleeps, the value rings of new and reset devices start with; VHOST_SET_VRING_BUSYLOOP_TIMEOUT sets it per ring (default: 0, no polling)");
+
 #define VHOST_BLK_SECTOR_SHIFT	9
 #define VHOST_BLK_SECTOR_SIZE	BIT(VHOST_BLK_SECTOR_SHIFT)
 /* Requests a ring serves per kick before it yields its worker. */
 #define VHOST_BLK_WEIGHT	256
+/*
+ * Request slots a ring allocates when it starts: one per descriptor of the
+ * ring, at most this many (the most requests a ring has in flight).
+ */
+#define VHOST_BLK_MAX_SLOTS	1024
+/*
+ * iovecs a slot holds in itself: the header, a few data buffers and the
+ * status.  Longer chains (up to VHOST_BLK_SEG_MAX data descriptors, each
+ * maybe split at memory-region or IOTLB boundaries) allocate theirs.
+ */
+#define VHOST_BLK_INLINE_IOVS	8
 
 enum {
 	VHOST_BLK_FEATURES = VHOST_FEATURES |
@@ -119,28 +163,43 @@ struct vhost_blk_vq {
 	/*
 	 * The rest under vq.mutex.  paused: the handler takes no request (a
 	 * quiesce is draining the device).  inflight: requests taken off this
-	 * ring and not yet returned, at most vq.num: a guest that publishes
-	 * heads again before they are used cannot make more.  full: the
-	 * handler stopped at that bound; returning requests restarts it.
+	 * ring and not yet returned; a drain reads it without the mutex
+	 * (READ_ONCE/WRITE_ONCE).  full: the handler found no free slot;
+	 * returning requests restarts it.
 	 */
 	bool paused;
 	bool full;
 	unsigned int inflight;
+	/*
+	 * Request slots: nslots of them, min(vq.num, VHOST_BLK_MAX_SLOTS),
+	 * allocated (charged to the owner's memcg) when the ring starts and
+	 * reused, so a request costs no allocation.  free: the unused ones.
+	 * A ring never has more requests in flight than slots, however often
+	 * a guest publishes heads again before they are used.
+	 */
+	struct vhost_blk_req *slots;
+	unsigned int nslots;
+	struct vhost_blk_req *free;
+	/*
+	 * This ring's copy of the credentials of the VMM that set the
+	 * backend: the handler submits I/O with them, not the worker's kernel
+	 * credentials (quota, reserved blocks, setuid stripping, LSM checks).
+	 * A copy per ring, so that override_creds() on one ring's worker does
+	 * not bounce a reference count shared with the others.  Set under
+	 * dev.mutex and vq.mutex while the rings are paused and drained.
+	 */
+	const struct cred *cred;
 };
 
 struct vhost_blk {
 	struct vhost_dev dev;
 	struct vhost_blk_vq vqs[VHOST_BLK_MAX_QUEUES];
-	/* Backing file, or NULL.  Under dev.mutex; rings see it as backend. */
-	struct file *backend;
 	/*
-	 * Credentials of the VMM that set the backend: handlers submit I/O
-	 * with them, not the worker's kernel credentials (quota, reserved
-	 * blocks, setuid stripping, LSM checks).  Changed under dev.mutex
-	 * while every ring is paused and drained; handlers read it under
-	 * their vq.mutex.
+	 * Backing file, or NULL.  Under dev.mutex; rings see it as backend.
+	 * Requests use it without a reference of their own: it is replaced
+	 * or dropped only with every ring paused and drained.
 	 */
-	const struct cred *cred;
+	struct file *backend;
 	/*
 	 * Quiesces in progress: rings stay paused while non-zero.  A quiesce
 	 * drops dev.mutex while it waits, so that the IOTLB updates that
@@ -153,9 +212,7 @@ struct vhost_blk {
 	 * one will answer the miss.  WRITE_ONCE/READ_ONCE.
 	 */
 	bool dying;
-	/* Requests submitted and not yet returned to the guest. */
-	atomic_t inflight;
-	/* Woken when inflight drops to zero. */
+	/* A drain waits here; a paused ring's last return wakes it. */
 	wait_queue_head_t drain_wq;
 	/* Worker ids of the worker_pool policy.  Under dev.mutex. */
 	u32 pool[VHOST_BLK_MAX_QUEUES];
@@ -165,11 +222,12 @@ struct vhost_blk {
 	u8 serial[VHOST_BLK_SERIAL_LEN];
 };
 
+/* A request slot; owned by its ring, in use from submit to return. */
 struct vhost_blk_req {
 	struct kiocb iocb;
-	struct llist_node node;
+	struct llist_node node;		/* on the ring's completed list */
+	struct vhost_blk_req *next_free; /* on the ring's free list */
 	struct vhost_blk_vq *bvq;
-	struct file *file;		/* reference held until completion */
 	u8 __user *status_ptr;		/* the request's status byte */
 	u64 len;			/* bytes a read or write must move */
 	u64 data_written;		/* data bytes written into guest buffers */
@@ -179,7 +237,9 @@ struct vhost_blk_req {
 	struct vhost_log *log;		/* dirty log entries, LOG_ALL only */
 	unsigned int log_num;
 	unsigned int out, in;
-	struct iovec iov[];		/* the chain, out then in */
+	struct bio *bio;		/* the bio path's, released on return */
+	struct iovec *iov;		/* the chain, out then in */
+	struct iovec inline_iov[VHOST_BLK_INLINE_IOVS];
 };
 
 static struct vhost_blk *vhost_blk_of(struct vhost_virtqueue *vq)
@@ -187,15 +247,101 @@ static struct vhost_blk *vhost_blk_of(struct vhost_virtqueue *vq)
 	return container_of(vq->dev, struct vhost_blk, dev);
 }
 
-static void vhost_blk_req_free(struct vhost_blk *blk, struct vhost_blk_req *req)
+/*
+ * Take a free slot (the handler made sure there is one) for a request of
+ * @niov iovecs and @log_num log entries; NULL when a chain too long for the
+ * slot's iovecs, or the log, finds no memory.  Under vq.mutex.
+ */
+static struct vhost_blk_req *vhost_blk_req_get(struct vhost_blk_vq *bvq,
+					       unsigned int niov,
+					       unsigned int log_num)
 {
-	if (req->file)
-		fput(req->file);
+	struct vhost_blk_req *req = bvq->free;
+
+	req->iov = req->inline_iov;
+	if (unlikely(niov > VHOST_BLK_INLINE_IOVS)) {
+		req->iov = kmalloc_array(niov, sizeof(*req->iov),
+					 GFP_KERNEL_ACCOUNT);
+		if (!req->iov)
+			return NULL;
+	}
+	req->log = NULL;
+	req->log_num = 0;
+	if (unlikely(log_num)) {
+		req->log = kmemdup(bvq->vq.log, log_num * sizeof(*bvq->vq.log),
+				   GFP_KERNEL_ACCOUNT);
+		if (!req->log) {
+			if (req->iov != req->inline_iov)
+				kfree(req->iov);
+			return NULL;
+		}
+		req->log_num = log_num;
+	}
+	bvq->free = req->next_free;
+	WRITE_ONCE(bvq->inflight, bvq->inflight + 1);
+	req->bio = NULL;
+	req->data_written = 0;
+	req->is_read = false;
+	return req;
+}
+
+/*
+ * Give @req's slot back to its ring.  Under vq.mutex.  The last request of
+ * a paused ring wakes the drain: it paused the ring under vq.mutex before it
+ * looked at inflight, so either it sees zero or we see it paused.
+ */
+static void vhost_blk_req_put(struct vhost_blk_req *req)
+{
+	struct vhost_blk_vq *bvq = req->bvq;
+
+	if (req->bio) {
+		/* Pages a read filled are dirty.  May sleep: not in end_io. */
+		bio_release_pages(req->bio, req->is_read);
+		bio_put(req->bio);
+	}
+	if (unlikely(req->iov != req->inline_iov))
+		kfree(req->iov);
 	kfree(req->log);
-	kfree(req);
-	/* Pairs with the wait in vhost_blk_drain(). */
-	if (atomic_dec_and_test(&blk->inflight))
-		wake_up(&blk->drain_wq);
+	req->next_free = bvq->free;
+	bvq->free = req;
+	WRITE_ONCE(bvq->inflight, bvq->inflight - 1);
+	if (unlikely(!bvq->inflight && bvq->paused))
+		wake_up(&vhost_blk_of(&bvq->vq)->drain_wq);
+}
+
+/* Free @bvq's slots; none is in use.  Under vq.mutex. */
+static void vhost_blk_free_slots(struct vhost_blk_vq *bvq)
+{
+	WARN_ON_ONCE(bvq->inflight);
+	kvfree(bvq->slots);
+	bvq->slots = NULL;
+	bvq->free = NULL;
+	bvq->nslots = 0;
+}
+
+/*
+ * Give @bvq a slot per descriptor of its ring (at most VHOST_BLK_MAX_SLOTS),
+ * keeping the slots it has if they are as many.  Under vq.mutex, with no
+ * request in flight (the ring is not attached).
+ */
+static int vhost_blk_alloc_slots(struct vhost_blk_vq *bvq)
+{
+	unsigned int n = min_t(unsigned int, bvq->vq.num, VHOST_BLK_MAX_SLOTS);
+	unsigned int i;
+
+	if (bvq->slots && bvq->nslots == n)
+		return 0;
+	vhost_blk_free_slots(bvq);
+	bvq->slots = kvcalloc(n, sizeof(*bvq->slots), GFP_KERNEL_ACCOUNT);
+	if (!bvq->slots)
+		return -ENOMEM;
+	bvq->nslots = n;
+	for (i = 0; i < n; i++) {
+		bvq->slots[i].bvq = bvq;
+		bvq->slots[i].next_free = i + 1 < n ? &bvq->slots[i + 1] : NULL;
+	}
+	bvq->free = bvq->slots;
+	return 0;
 }
 
 /* Finish @req with @status; safe from any context. */
@@ -269,7 +415,6 @@ static void vhost_blk_complete_work(struct vhost_work *work)
 	struct vhost_blk *blk = vhost_blk_of(vq);
 	struct vhost_blk_req *req, *tmp;
 	struct llist_node *node;
-
 	bool drop = false;
 
 	node = llist_del_all(&bvq->completed);
@@ -297,9 +442,8 @@ static void vhost_blk_complete_work(struct vhost_work *work)
 		/* The used length is 32 bits; the log gets the whole count. */
 		u32 used_len = min_t(u64, req->data_written + 1, U32_MAX);
 
-		bvq->inflight--;
 		if (unlikely(drop)) {
-			vhost_blk_req_free(blk, req);
+			vhost_blk_req_put(req);
 			continue;
 		}
 		if (put_user(req->status, req->status_ptr))
@@ -312,14 +456,23 @@ static void vhost_blk_complete_work(struct vhost_work *work)
 				      req->iov + req->out, req->in,
 				      req->status_ptr);
 		vhost_add_used(vq, req->head, used_len);
-		vhost_blk_req_free(blk, req);
+		vhost_blk_req_put(req);
 	}
-	if (!drop)
-		vhost_signal(&blk->dev, vq);
-	if (bvq->full && bvq->inflight < vq->num) {
+	if (drop)
+		goto out;
+	/* One signal for the whole batch. */
+	vhost_signal(&blk->dev, vq);
+	/*
+	 * Slots came free for a handler that ran out of them; or the ring
+	 * busy-polls, and the guest, which has just seen its requests, is
+	 * about to send more: let the handler poll for them instead of
+	 * sleeping until a kick.
+	 */
+	if ((bvq->full || vq->busyloop_timeout) && !bvq->paused) {
 		bvq->full = false;
 		vhost_poll_queue(&vq->poll);
 	}
+out:
 	mutex_unlock(&vq->mutex);
 }
 
@@ -461,14 +614,77 @@ static u8 vhost_blk_discard_zeroes(struct file *file, struct iov_iter *from,
 	return VIRTIO_BLK_S_OK;
 }
 
+static void vhost_blk_bio_end_io(struct bio *bio)
+{
+	struct vhost_blk_req *req = bio->bi_private;
+
+	if (bio->bi_status) {
+		vhost_blk_req_done(req, VIRTIO_BLK_S_IOERR);
+		return;
+	}
+	if (req->is_read)
+		req->data_written = req->len;
+	vhost_blk_req_done(req, VIRTIO_BLK_S_OK);
+}
+
+/*
+ * The bio path: a read or a write of a block device opened O_DIRECT that
+ * fits in one bio goes to the device as that bio, pinning the guest's
+ * pages, which the ring's worker releases when it returns the request.
+ * What blkdev_direct_IO() would do, without the VFS layers above it; like
+ * the async kiocb path, no fsnotify event (the VFS sends none for queued
+ * I/O either).  False when the request must take the kiocb path: not
+ * aligned to the logical block (that path fails it as it should), larger
+ * than a bio, or a write the device must refuse.
+ */
+static bool vhost_blk_bio_rw(struct vhost_blk_req *req, struct file *file,
+			     struct iov_iter *iter, loff_t pos)
+{
+	struct block_device *bdev = I_BDEV(file->f_mapping->host);
+	unsigned int mask = bdev_logical_block_size(bdev) - 1;
+	blk_opf_t opf = REQ_OP_READ;
+	struct bio *bio;
+	int nr_pages;
+
+	if (((u64)pos | iov_iter_count(iter)) & mask ||
+	    !bdev_iter_is_aligned(bdev, iter))
+		return false;
+	if (!req->is_read) {
+		if (bdev_read_only(bdev) || IS_SWAPFILE(bdev->bd_inode))
+			return false;
+		opf = REQ_OP_WRITE | REQ_SYNC | REQ_IDLE;
+	}
+	nr_pages = iov_iter_npages(iter, BIO_MAX_VECS + 1);
+	if (nr_pages > BIO_MAX_VECS)
+		return false;
+	/* From a mempool, with direct reclaim allowed: never fails. */
+	bio = bio_alloc(bdev, nr_pages, opf, GFP_KERNEL);
+	bio->bi_iter.bi_sector = pos >> SECTOR_SHIFT;
+	bio->bi_end_io = vhost_blk_bio_end_io;
+	bio->bi_private = req;
+	if (bio_iov_iter_get_pages(bio, iter) || iov_iter_count(iter)) {
+		/* Could not take it all (a bad address, too many segments). */
+		iov_iter_revert(iter, bio->bi_iter.bi_size);
+		bio_release_pages(bio, false);
+		bio_put(bio);
+		return false;
+	}
+	req->bio = bio;
+	submit_bio(bio);
+	return true;
+}
+
 /* Submit a read or a write; completes through vhost_blk_rw_complete(). */
 static void vhost_blk_rw(struct vhost_blk_req *req, struct file *file,
 			 struct iov_iter *iter, loff_t pos)
 {
 	ssize_t ret;
 
-	req->file = get_file(file);
 	req->len = iov_iter_count(iter);
+	if (READ_ONCE(bio_submit) && S_ISBLK(file_inode(file)->i_mode) &&
+	    (READ_ONCE(file->f_flags) & O_DIRECT) &&
+	    vhost_blk_bio_rw(req, file, iter, pos))
+		return;
 	init_sync_kiocb(&req->iocb, file);
 	req->iocb.ki_pos = pos;
 	/* Direct I/O is asynchronous: the worker does not wait for it. */
@@ -555,28 +771,16 @@ static void vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 		return;
 	}
 
-	req = kzalloc(struct_size(req, iov, out + in), GFP_KERNEL_ACCOUNT);
+	req = vhost_blk_req_get(bvq, out + in, log_num);
 	if (!req) {
 		vhost_blk_fail_now(vq, head, out, in, log_num, status_ptr);
 		return;
 	}
-	if (unlikely(log_num)) {
-		req->log = kmemdup(vq->log, log_num * sizeof(*vq->log),
-				   GFP_KERNEL_ACCOUNT);
-		if (!req->log) {
-			kfree(req);
-			vhost_blk_fail_now(vq, head, out, in, log_num, status_ptr);
-			return;
-		}
-		req->log_num = log_num;
-	}
-	atomic_inc(&blk->inflight);
-	bvq->inflight++;
-	req->bvq = bvq;
 	req->head = head;
 	req->out = out;
 	req->in = in;
 	req->status_ptr = status_ptr;
+	/* Only the iovecs this request uses. */
 	memcpy(req->iov, vq->iov, (out + in) * sizeof(*req->iov));
 
 	iov_iter_init(&from, WRITE, req->iov, out, iov_length(req->iov, out));
@@ -632,6 +836,29 @@ err:
 	vhost_blk_req_done(req, VIRTIO_BLK_S_IOERR);
 }
 
+/*
+ * Busy-poll an empty ring for up to its busyloop_timeout (microseconds),
+ * with guest notifications still disabled: true when a request came.
+ * Gives up at once when other work waits on the ring's worker (this ring's
+ * completions among it), when the scheduler wants the CPU or a signal is
+ * pending.  Under vq.mutex.
+ */
+static bool vhost_blk_busy_poll(struct vhost_blk_vq *bvq)
+{
+	struct vhost_virtqueue *vq = &bvq->vq;
+	u64 end = local_clock() + (u64)vq->busyloop_timeout * NSEC_PER_USEC;
+
+	while (!need_resched() && !signal_pending(current) &&
+	       !vhost_vq_has_work(vq) && llist_empty(&bvq->completed)) {
+		if (!vhost_vq_avail_empty(vq->dev, vq))
+			return true;
+		if (local_clock() > end)
+			break;
+		cpu_relax();
+	}
+	return false;
+}
+
 static void vhost_blk_handle_kick(struct vhost_work *work)
 {
 	struct vhost_virtqueue *vq = container_of(work, struct vhost_virtqueue,
@@ -641,6 +868,7 @@ static void vhost_blk_handle_kick(struct vhost_work *work)
 	unsigned int out, in, log_num;
 	const struct cred *old_cred;
 	struct vhost_log *log;
+	struct blk_plug plug;
 	struct file *file;
 	int head, reqs = 0;
 
@@ -661,10 +889,12 @@ static void vhost_blk_handle_kick(struct vhost_work *work)
 		goto out;
 	log = unlikely(vhost_has_feature(vq, VHOST_F_LOG_ALL)) ? vq->log : NULL;
 
-	old_cred = override_creds(blk->cred);
+	old_cred = override_creds(bvq->cred);
+	/* The batch reaches a block device's queue in one go. */
+	blk_start_plug(&plug);
 	vhost_disable_notify(&blk->dev, vq);
 	for (;;) {
-		if (unlikely(bvq->inflight >= vq->num)) {
+		if (unlikely(!bvq->free)) {
 			/* complete_work restarts us once some are returned. */
 			bvq->full = true;
 			break;
@@ -675,6 +905,13 @@ static void vhost_blk_handle_kick(struct vhost_work *work)
 		if (unlikely(head < 0))
 			break;
 		if (head == vq->num) {
+			if (vq->busyloop_timeout) {
+				/* Requests already taken go out first. */
+				blk_finish_plug(&plug);
+				blk_start_plug(&plug);
+				if (vhost_blk_busy_poll(bvq))
+					continue;
+			}
 			if (unlikely(vhost_enable_notify(&blk->dev, vq))) {
 				vhost_disable_notify(&blk->dev, vq);
 				continue;
@@ -685,6 +922,7 @@ static void vhost_blk_handle_kick(struct vhost_work *work)
 		if (vhost_exceeds_weight(vq, ++reqs, 0))
 			break;
 	}
+	blk_finish_plug(&plug);
 	revert_creds(old_cred);
 out:
 	mutex_unlock(&vq->mutex);
@@ -739,6 +977,10 @@ static void vhost_blk_start_ring(struct vhost_blk *blk, int i)
 
 	mutex_lock(&vq->mutex);
 	if (!vhost_vq_get_backend(vq) && vq->kick && vhost_vq_is_setup(vq)) {
+		if (vhost_blk_alloc_slots(bvq)) {
+			vq_err(vq, "vhost-blk: no memory for ring %d\n", i);
+			goto out_unlock;
+		}
 		vhost_vq_set_backend(vq, blk->backend);
 		if (vhost_vq_init_access(vq)) {
 			vhost_vq_set_backend(vq, NULL);
@@ -747,6 +989,7 @@ static void vhost_blk_start_ring(struct vhost_blk *blk, int i)
 			start = true;
 		}
 	}
+out_unlock:
 	mutex_unlock(&vq->mutex);
 	if (start) {
 		vhost_blk_apply_worker_policy(blk, i);
@@ -819,19 +1062,29 @@ static void vhost_blk_resume(struct vhost_blk *blk)
  * paused meanwhile.  With @killable (ioctl paths) a fatal signal ends the
  * wait with -EINTR; the release path waits for good.
  */
+static bool vhost_blk_idle(struct vhost_blk *blk)
+{
+	int i;
+
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++)
+		if (READ_ONCE(blk->vqs[i].inflight))
+			return false;
+	return true;
+}
+
 static int vhost_blk_drain(struct vhost_blk *blk, bool killable)
 {
 	int ret = 0;
 
 	lockdep_assert_held(&blk->dev.mutex);
-	if (atomic_read(&blk->inflight)) {
+	if (!vhost_blk_idle(blk)) {
 		mutex_unlock(&blk->dev.mutex);
-		/* Pairs with atomic_dec_and_test() in vhost_blk_req_free(). */
+		/* Pairs with the wake_up() in vhost_blk_req_put(). */
 		if (killable)
 			ret = wait_event_killable(blk->drain_wq,
-						  !atomic_read(&blk->inflight));
+						  vhost_blk_idle(blk));
 		else
-			wait_event(blk->drain_wq, !atomic_read(&blk->inflight));
+			wait_event(blk->drain_wq, vhost_blk_idle(blk));
 		mutex_lock(&blk->dev.mutex);
 	}
 	/* Completion work that returned the last requests has finished too. */
@@ -876,37 +1129,58 @@ static int vhost_blk_check_backend(struct file *file)
 	return 0;
 }
 
+/* A copy of the caller's credentials for every ring; -ENOMEM. */
+static int vhost_blk_creds_get(const struct cred **creds)
+{
+	int i;
+
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
+		creds[i] = prepare_creds();
+		if (!creds[i])
+			goto err_put_creds;
+	}
+	return 0;
+
+err_put_creds:
+	while (i--)
+		put_cred(creds[i]);
+	return -ENOMEM;
+}
+
 /*
  * Replace the backend of every attached ring with @file (NULL detaches
- * them) and the device's with @file and @cred, whose references the device
- * takes over.  The rings are paused and drained.  Under dev.mutex.
+ * them) and the device's with @file, and the rings' credentials with
+ * @creds (one per ring, or NULL), whose references the device takes over.
+ * The rings are paused and drained.  Under dev.mutex.
  */
 static void vhost_blk_swap_backend(struct vhost_blk *blk, struct file *file,
-				   const struct cred *cred)
+				   const struct cred **creds)
 {
-	const struct cred *old_cred = blk->cred;
 	struct file *old = blk->backend;
 	int i;
 
 	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
-		struct vhost_virtqueue *vq = &blk->vqs[i].vq;
+		struct vhost_blk_vq *bvq = &blk->vqs[i];
+		const struct cred *old_cred;
 
-		mutex_lock(&vq->mutex);
-		if (vhost_vq_get_backend(vq))
-			vhost_vq_set_backend(vq, file);
-		mutex_unlock(&vq->mutex);
+		mutex_lock(&bvq->vq.mutex);
+		if (vhost_vq_get_backend(&bvq->vq))
+			vhost_vq_set_backend(&bvq->vq, file);
+		old_cred = bvq->cred;
+		bvq->cred = creds ? creds[i] : NULL;
+		mutex_unlock(&bvq->vq.mutex);
+		if (old_cred)
+			put_cred(old_cred);
 	}
 	blk->backend = file;
-	blk->cred = cred;
 	if (old)
 		fput(old);
-	if (old_cred)
-		put_cred(old_cred);
 }
 
 static long vhost_blk_set_backend(struct vhost_blk *blk,
 				  struct vhost_blk_backend __user *argp)
 {
+	const struct cred *creds[VHOST_BLK_MAX_QUEUES];
 	struct vhost_blk_backend b;
 	struct file *file = NULL;
 	long ret;
@@ -929,16 +1203,26 @@ static long vhost_blk_set_backend(struct vhost_blk *blk,
 		ret = vhost_blk_check_backend(file);
 		if (ret)
 			goto out_fput;
+		ret = vhost_blk_creds_get(creds);
+		if (ret)
+			goto out_fput;
 	}
 
 	ret = vhost_blk_quiesce(blk);
 	if (ret)
-		goto out_fput;
-	vhost_blk_swap_backend(blk, file, file ? get_current_cred() : NULL);
+		goto out_put_creds;
+	vhost_blk_swap_backend(blk, file, file ? creds : NULL);
 	vhost_blk_resume(blk);
 	mutex_unlock(&blk->dev.mutex);
 	return 0;
 
+out_put_creds:
+	if (file) {
+		int i;
+
+		for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++)
+			put_cred(creds[i]);
+	}
 out_fput:
 	if (file)
 		fput(file);
@@ -1034,6 +1318,26 @@ static void vhost_blk_reset_policy(struct vhost_blk *blk)
 	}
 }
 
+/*
+ * Rings of a new or reset device: no slots (the owner's memcg pays for the
+ * next ones), busy polling as the module parameter says.  Under dev.mutex,
+ * with every ring detached.
+ */
+static void vhost_blk_reset_rings(struct vhost_blk *blk)
+{
+	unsigned int timeout = READ_ONCE(busyloop_timeout);
+	int i;
+
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
+		struct vhost_virtqueue *vq = &blk->vqs[i].vq;
+
+		mutex_lock(&vq->mutex);
+		vhost_blk_free_slots(&blk->vqs[i]);
+		vq->busyloop_timeout = timeout;
+		mutex_unlock(&vq->mutex);
+	}
+}
+
 static long vhost_blk_reset_owner(struct vhost_blk *blk)
 {
 	struct vhost_iotlb *umem;
@@ -1057,6 +1361,7 @@ static long vhost_blk_reset_owner(struct vhost_blk *blk)
 	vhost_dev_reset_owner(&blk->dev, umem);
 	vhost_blk_swap_backend(blk, NULL, NULL);
 	vhost_blk_reset_policy(blk);
+	vhost_blk_reset_rings(blk);
 	vhost_blk_resume(blk);
 out:
 	mutex_unlock(&blk->dev.mutex);
@@ -1192,13 +1497,13 @@ static int vhost_blk_open(struct inode *inode, struct file *f)
 		init_llist_head(&blk->vqs[i].completed);
 		vhost_work_init(&blk->vqs[i].complete_work, vhost_blk_complete_work);
 	}
-	atomic_set(&blk->inflight, 0);
 	init_waitqueue_head(&blk->drain_wq);
 	spin_lock_init(&blk->serial_lock);
 	strscpy(blk->serial, "vhost-blk", sizeof(blk->serial));
 	vhost_blk_reset_policy(blk);
 	vhost_dev_init(&blk->dev, vqs, VHOST_BLK_MAX_QUEUES, UIO_MAXIOV,
 		       VHOST_BLK_WEIGHT, 0, true, vhost_blk_iotlb_msg);
+	vhost_blk_reset_rings(blk);
 	f->private_data = blk;
 	return 0;
 }
@@ -1225,6 +1530,7 @@ static int vhost_blk_release(struct inode *inode, struct file *f)
 	/* Frees the workers after an RCU grace period; see req_done. */
 	vhost_dev_cleanup(&blk->dev);
 	vhost_blk_swap_backend(blk, NULL, NULL);
+	vhost_blk_reset_rings(blk);
 	kfree(blk->dev.vqs);
 	kvfree(blk);
 	return 0;
