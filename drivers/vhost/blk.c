@@ -413,10 +413,14 @@ static void vhost_blk_complete_work(struct vhost_work *work)
 						complete_work);
 	struct vhost_virtqueue *vq = &bvq->vq;
 	struct vhost_blk *blk = vhost_blk_of(vq);
+	/* vhost_dev_init() gave every ring UIO_MAXIOV of them. */
+	struct vring_used_elem *used = vq->heads;
 	struct vhost_blk_req *req, *tmp;
+	unsigned int nused = 0;
 	struct llist_node *node;
 	bool drop = false;
 
+	BUILD_BUG_ON(VHOST_BLK_MAX_SLOTS > UIO_MAXIOV);
 	node = llist_del_all(&bvq->completed);
 	if (!node)
 		return;
@@ -455,12 +459,25 @@ static void vhost_blk_complete_work(struct vhost_work *work)
 				      req->is_read ? req->len : req->data_written,
 				      req->iov + req->out, req->in,
 				      req->status_ptr);
-		vhost_add_used(vq, req->head, used_len);
+		used[nused].id = cpu_to_vhost32(vq, req->head);
+		used[nused].len = cpu_to_vhost32(vq, used_len);
+		nused++;
+		/*
+		 * The slot is free again; its entry is published below,
+		 * before a drain this may wake can finish: the drain
+		 * flushes this work.
+		 */
 		vhost_blk_req_put(req);
 	}
 	if (drop)
 		goto out;
-	/* One signal for the whole batch. */
+	/*
+	 * At most one request per slot is in flight: the list fits.  One
+	 * used index update and one signal for the whole batch; the status
+	 * bytes written above are visible before the index (the barrier in
+	 * vhost_add_used_n()).
+	 */
+	vhost_add_used_n(vq, used, nused);
 	vhost_signal(&blk->dev, vq);
 	/*
 	 * Slots came free for a handler that ran out of them; or the ring
