@@ -652,7 +652,8 @@ static void vhost_blk_bio_end_io(struct bio *bio)
  * the async kiocb path, no fsnotify event (the VFS sends none for queued
  * I/O either).  False when the request must take the kiocb path: not
  * aligned to the logical block (that path fails it as it should), larger
- * than a bio, or a write the device must refuse.
+ * than a bio, a write the device must refuse, or a device with pages in
+ * the page cache.
  */
 static bool vhost_blk_bio_rw(struct vhost_blk_req *req, struct file *file,
 			     struct iov_iter *iter, loff_t pos)
@@ -665,6 +666,14 @@ static bool vhost_blk_bio_rw(struct vhost_blk_req *req, struct file *file,
 
 	if (((u64)pos | iov_iter_count(iter)) & mask ||
 	    !bdev_iter_is_aligned(bdev, iter))
+		return false;
+	/*
+	 * The device has cached pages (someone read or wrote it through the
+	 * page cache, maybe the VMM with another backend fd): the kiocb path
+	 * writes them back and invalidates them around the transfer, so that
+	 * neither side reads stale data.
+	 */
+	if (READ_ONCE(file->f_mapping->nrpages))
 		return false;
 	if (!req->is_read) {
 		if (bdev_read_only(bdev) || IS_SWAPFILE(bdev->bd_inode))

@@ -315,7 +315,8 @@ VHOST_TEST_F(dev, long_chains_then_short, 30)
  * The bio path (bio_submit=1, block devices opened O_DIRECT) and the kiocb
  * path serve the same data: each reads what the other wrote, on the same
  * memory-backed null_blk; a buffer not aligned to the logical block fails
- * the same way on both, and a read of a range both wrote matches.
+ * the same way on both; and a buffered backend of the same device sees
+ * what the bio path wrote, and the other way round.
  */
 TEST(bio_and_kiocb_paths_agree)
 {
@@ -323,8 +324,8 @@ TEST(bio_and_kiocb_paths_agree)
 	long saved = param_read("bio_submit");
 	unsigned char *want;
 	struct vmm_blk b;
+	int dev, buffered, i;
 	char *buf;
-	int dev, i;
 
 	if (!why)
 		why = vhost_nullb_unusable(true, false);
@@ -360,6 +361,43 @@ TEST(bio_and_kiocb_paths_agree)
 		EXPECT_EQ(VIRTIO_BLK_S_IOERR,
 			  vmm_blk_do(&b, 0, VIRTIO_BLK_T_OUT, 2048, buf + 100, 4096));
 	}
+	/*
+	 * The page cache stays coherent: a buffered backend caches a range,
+	 * the bio path writes it, the buffered backend reads the new data
+	 * (and the other way round).
+	 */
+	ASSERT_EQ(0, param_write("bio_submit", "1"));
+	buffered = open("/dev/nullb0", O_RDWR);
+	ASSERT_LE(0, buffered);
+	for (i = 0; i < 2; i++) {
+		ASSERT_EQ(0, vmm_blk_set_backend(&b, buffered));
+		ASSERT_EQ(VIRTIO_BLK_S_OK,
+			  vmm_blk_do(&b, 0, VIRTIO_BLK_T_IN, 4096, buf, 65536));
+		ASSERT_EQ(0, vmm_blk_set_backend(&b, dev));
+		fill(buf, 65536, 20 + i);
+		memcpy(want, buf, 65536);
+		ASSERT_EQ(VIRTIO_BLK_S_OK,
+			  vmm_blk_do(&b, 0, VIRTIO_BLK_T_OUT, 4096, buf, 65536));
+		ASSERT_EQ(0, vmm_blk_set_backend(&b, buffered));
+		memset(buf, 0, 65536);
+		ASSERT_EQ(VIRTIO_BLK_S_OK,
+			  vmm_blk_do(&b, 0, VIRTIO_BLK_T_IN, 4096, buf, 65536));
+		EXPECT_EQ(0, memcmp(want, buf, 65536))
+			TH_LOG("buffered read after a direct write: stale page cache");
+		/* And a direct read after a buffered write. */
+		fill(buf, 65536, 30 + i);
+		memcpy(want, buf, 65536);
+		ASSERT_EQ(VIRTIO_BLK_S_OK,
+			  vmm_blk_do(&b, 0, VIRTIO_BLK_T_OUT, 4096, buf, 65536));
+		ASSERT_EQ(0, vmm_blk_set_backend(&b, dev));
+		memset(buf, 0, 65536);
+		ASSERT_EQ(VIRTIO_BLK_S_OK,
+			  vmm_blk_do(&b, 0, VIRTIO_BLK_T_IN, 4096, buf, 65536));
+		EXPECT_EQ(0, memcmp(want, buf, 65536))
+			TH_LOG("direct read after a buffered write: data still in the page cache");
+	}
+	close(buffered);
+
 	/* More than one bio's worth of pages (1 MiB + 64 KiB) still works. */
 	ASSERT_EQ(0, param_write("bio_submit", "1"));
 	EXPECT_EQ(VIRTIO_BLK_S_OK,
