@@ -166,8 +166,8 @@ static int bench_blk(int argc, char **argv)
 	}
 	if (!dev || !nq || nq > VHOST_BLK_MAX_QUEUES || !depth || depth * 2 > 256 ||
 	    !bs || bs % 512 || (sock && busyloop >= 0)) {
-		fprintf(stderr, "usage: vhost_bench blk -d DEV [-q 1..16] [-D 1..128] "
-			"[-B BS] [-b USEC (not with -u)] ...\n");
+		fprintf(stderr, "usage: vhost_bench blk -d DEV [-q 1..16] [-D 1..128] %s\n",
+			"[-B BS] [-b USEC (not with -u)] ...");
 		return 2;
 	}
 	fd = open(dev, O_RDWR | O_DIRECT);
