@@ -42,8 +42,8 @@
  *
  * Quiescing.  VHOST_BLK_SET_BACKEND pauses the rings (no new request is
  * taken), waits until every request in flight has completed and been
- * returned to the guest, swaps the file and resumes them.  Each request
- * holds a reference on the file it was submitted to.  The same quiesce runs
+ * returned to the guest, swaps the file and resumes them: no request
+ * outlives the file it was submitted to.  The same quiesce runs
  * before anything that would make a request in flight wrong: a new memory
  * table or an IOTLB invalidation (its guest addresses were translated at
  * submission), LOG_ALL switched on or off (it was submitted with or without
