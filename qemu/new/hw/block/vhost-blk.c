@@ -1,0 +1,706 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * vhost-blk: a virtio-blk device served by the kernel's /dev/vhost-blk
+ *
+ * Design
+ * ======
+ *
+ * The kernel device (drivers/vhost/blk.c, Documentation/virt/vhost-blk.rst)
+ * does the data path: it takes requests off the rings, submits them to the
+ * backing file and completes them, on worker threads of its own.  QEMU is
+ * left with what the kernel does not do:
+ *
+ * - The backing file.  QEMU opens "path" itself (O_RDWR or O_RDONLY, plus
+ *   O_DIRECT unless direct=off) and hands the fd to the kernel with
+ *   VHOST_BLK_SET_BACKEND at every start; the block layer is not involved,
+ *   so there are no image formats, no throttling and no block jobs.
+ *
+ * - Config space.  capacity and blk_size come from the backing file
+ *   (BLKGETSIZE64/BLKSSZGET for a block device, st_size and 512 for a
+ *   regular file) when the device is realized; seg_max, num_queues and the
+ *   DISCARD/WRITE_ZEROES limits from the kernel's uapi constants.
+ *
+ * - Feature bits.  The guest is offered what the kernel reports (for the
+ *   bits in kernel_feature_bits) and VIRTIO_BLK_F_RO, which QEMU offers
+ *   itself for read-only=on.  The kernel rejects any bit it did not report,
+ *   so what is sent to it is the guest's features masked with the kernel's.
+ *
+ * - The lifecycle.  Realize opens the files, VHOST_SET_OWNER (in
+ *   vhost_dev_init()) and VHOST_BLK_SET_SERIAL.  Start (DRIVER_OK with the
+ *   VM running, or a kick from a guest that kicks before DRIVER_OK) sets up
+ *   the rings with vhost_dev_start(), applies the worker policy, then
+ *   attaches the backend, so that every ring has its worker before it
+ *   serves a request.  Stop (reset, VM stop, unplug) detaches the backend
+ *   first, which waits for the requests in flight, then stops the rings,
+ *   whose indexes are then final.  The fd stays open until unrealize, and
+ *   with it the kernel's state: owner, serial, workers.
+ *
+ * - Worker threads.  "per-queue" (the default) gives every ring but ring 0
+ *   a worker of its own with VHOST_SET_VRING_WORKER; ring 0 keeps the
+ *   device's default worker.  Workers are created at the first start only:
+ *   later starts bind the rings to the same workers again, so reboots do
+ *   not create threads.  "shared" binds every ring to ring 0's worker.
+ *   A kernel without per-ring workers answers ENOTTY: warn once, and all
+ *   rings share the one worker there is.
+ *
+ * - Migration.  Not supported (a blocker): the kernel could log dirty
+ *   pages, but nothing moves the backing file or the rings' state.
+ */
+
+#include "qemu/osdep.h"
+#include <sys/ioctl.h>
+#include <linux/fs.h>
+#include "qapi/error.h"
+#include "qemu/error-report.h"
+#include "qemu/host-utils.h"
+#include "qemu/module.h"
+#include "hw/qdev-properties.h"
+#include "hw/virtio/virtio.h"
+#include "hw/virtio/virtio-bus.h"
+#include "hw/virtio/virtio-access.h"
+#include "hw/virtio/virtio-blk-common.h"
+#include "hw/virtio/vhost.h"
+#include "hw/virtio/vhost-backend.h"
+#include "hw/virtio/vhost-blk.h"
+#include "migration/blocker.h"
+#include "migration/vmstate.h"
+#include "monitor/monitor.h"
+#include "sysemu/sysemu.h"
+
+#define VHOST_BLK_SECTOR_BITS 9
+#define VHOST_BLK_SECTOR_SIZE (1 << VHOST_BLK_SECTOR_BITS)
+#define VHOST_BLK_DEV_PATH "/dev/vhost-blk"
+
+/*
+ * Bits the guest gets only if the kernel reports them.  Bits not listed
+ * (VIRTIO_BLK_F_RO) are QEMU's own and never reach the kernel.
+ */
+static const int kernel_feature_bits[] = {
+    VIRTIO_BLK_F_SEG_MAX,
+    VIRTIO_BLK_F_BLK_SIZE,
+    VIRTIO_BLK_F_FLUSH,
+    VIRTIO_BLK_F_MQ,
+    VIRTIO_BLK_F_DISCARD,
+    VIRTIO_BLK_F_WRITE_ZEROES,
+    VIRTIO_F_VERSION_1,
+    VIRTIO_F_ANY_LAYOUT,
+    VIRTIO_F_NOTIFY_ON_EMPTY,
+    VIRTIO_RING_F_INDIRECT_DESC,
+    VIRTIO_RING_F_EVENT_IDX,
+    VIRTIO_F_IOMMU_PLATFORM,
+    VIRTIO_F_RING_PACKED,
+    VIRTIO_F_RING_RESET,
+    VHOST_INVALID_FEATURE_BIT
+};
+
+static int vhost_blk_set_backend(VHostBlk *s, int fd)
+{
+    struct vhost_blk_backend backend = { .fd = fd };
+
+    return ioctl(s->vhost_fd, VHOST_BLK_SET_BACKEND, &backend) < 0 ?
+           -errno : 0;
+}
+
+/* Rings the guest set up; the others were left alone by vhost_dev_start(). */
+static bool vhost_blk_ring_in_use(VHostBlk *s, unsigned int i)
+{
+    return virtio_queue_get_desc_addr(VIRTIO_DEVICE(s), i) != 0;
+}
+
+static void vhost_blk_workers_unsupported(VHostBlk *s, int err)
+{
+    warn_report("vhost-blk: the kernel has no per-queue workers (%s); "
+                "all queues share one worker", strerror(-err));
+    s->workers_unsupported = true;
+}
+
+/* "shared": every ring on ring 0's worker. */
+static void vhost_blk_share_worker(VHostBlk *s)
+{
+    const VhostOps *ops = s->dev.vhost_ops;
+    struct vhost_vring_worker w = { .index = 0 };
+    unsigned int i, id;
+    int ret;
+
+    ret = ops->vhost_get_vring_worker(&s->dev, &w);
+    if (ret == -ENOTTY) {
+        /* One worker for the device is all such a kernel has. */
+        s->workers_unsupported = true;
+        return;
+    }
+    if (ret < 0) {
+        warn_report("vhost-blk: cannot get queue 0's worker: %s",
+                    strerror(-ret));
+        return;
+    }
+    id = w.worker_id;
+
+    for (i = 1; i < s->dev.nvqs; i++) {
+        if (!vhost_blk_ring_in_use(s, i)) {
+            continue;
+        }
+        w.index = i;
+        w.worker_id = id;
+        ret = ops->vhost_attach_vring_worker(&s->dev, &w);
+        if (ret < 0) {
+            warn_report("vhost-blk: queue %u cannot share queue 0's worker: "
+                        "%s", i, strerror(-ret));
+        }
+    }
+}
+
+/*
+ * "per-queue": ring i > 0 on a worker of its own, created at the first
+ * start and reused afterwards.
+ */
+static void vhost_blk_per_queue_workers(VHostBlk *s)
+{
+    const VhostOps *ops = s->dev.vhost_ops;
+    struct vhost_vring_worker w;
+    unsigned int i;
+    int ret;
+
+    for (i = 1; i < s->dev.nvqs; i++) {
+        if (!vhost_blk_ring_in_use(s, i)) {
+            continue;
+        }
+        w.index = i;
+        w.worker_id = s->worker_ids[i];
+        ret = ops->vhost_set_vring_worker(&s->dev, &w);
+        if (ret == -ENODEV && s->worker_ids[i] != VHOST_VRING_NEW_WORKER) {
+            /* Ours is gone (someone freed it): make another. */
+            w.index = i;
+            w.worker_id = VHOST_VRING_NEW_WORKER;
+            ret = ops->vhost_set_vring_worker(&s->dev, &w);
+        }
+        if (ret == -ENOTTY) {
+            vhost_blk_workers_unsupported(s, ret);
+            return;
+        }
+        if (ret < 0) {
+            /* E.g. EAGAIN past RLIMIT_NPROC: the ring keeps its worker. */
+            warn_report("vhost-blk: queue %u gets no worker of its own: %s",
+                        i, strerror(-ret));
+            continue;
+        }
+        s->worker_ids[i] = w.worker_id;
+    }
+}
+
+/* After vhost_dev_start(), before the backend is attached. */
+static void vhost_blk_apply_worker_policy(VHostBlk *s)
+{
+    const VhostOps *ops = s->dev.vhost_ops;
+
+    if (s->workers_unsupported || s->dev.nvqs < 2) {
+        return;
+    }
+    if (!ops->vhost_set_vring_worker || !ops->vhost_get_vring_worker ||
+        !ops->vhost_attach_vring_worker) {
+        vhost_blk_workers_unsupported(s, -ENOTSUP);
+        return;
+    }
+
+    if (s->per_queue_workers) {
+        vhost_blk_per_queue_workers(s);
+    } else {
+        vhost_blk_share_worker(s);
+    }
+}
+
+static int vhost_blk_start(VirtIODevice *vdev, Error **errp)
+{
+    VHostBlk *s = VHOST_BLK(vdev);
+    BusState *qbus = BUS(qdev_get_parent_bus(DEVICE(vdev)));
+    VirtioBusClass *k = VIRTIO_BUS_GET_CLASS(qbus);
+    unsigned int i;
+    int ret;
+
+    if (!k->set_guest_notifiers) {
+        error_setg(errp, "binding does not support guest notifiers");
+        return -ENOSYS;
+    }
+
+    ret = vhost_dev_enable_notifiers(&s->dev, vdev);
+    if (ret < 0) {
+        error_setg_errno(errp, -ret, "cannot enable host notifiers");
+        return ret;
+    }
+
+    ret = k->set_guest_notifiers(qbus->parent, s->dev.nvqs, true);
+    if (ret < 0) {
+        error_setg_errno(errp, -ret, "cannot bind guest notifiers");
+        goto err_host_notifiers;
+    }
+
+    /* The kernel refuses bits it did not offer (VIRTIO_BLK_F_RO). */
+    s->dev.acked_features = vdev->guest_features & s->dev.features;
+    s->dev.vq_index_end = s->dev.nvqs;
+
+    ret = vhost_dev_start(&s->dev, vdev, true);
+    if (ret < 0) {
+        error_setg_errno(errp, -ret, "cannot start vhost");
+        goto err_guest_notifiers;
+    }
+
+    /*
+     * No guest_notifier_mask callback: leave every ring unmasked and let
+     * virtio-pci switch irqfds on and off.
+     */
+    for (i = 0; i < s->dev.nvqs; i++) {
+        vhost_virtqueue_mask(&s->dev, vdev, s->dev.vq_index + i, false);
+    }
+
+    vhost_blk_apply_worker_policy(s);
+
+    /* Rings start serving, requests queued already included, from here. */
+    ret = vhost_blk_set_backend(s, s->backing_fd);
+    if (ret < 0) {
+        error_setg_errno(errp, -ret, "VHOST_BLK_SET_BACKEND failed");
+        goto err_vhost;
+    }
+    return 0;
+
+err_vhost:
+    vhost_dev_stop(&s->dev, vdev, true);
+err_guest_notifiers:
+    k->set_guest_notifiers(qbus->parent, s->dev.nvqs, false);
+err_host_notifiers:
+    vhost_dev_disable_notifiers(&s->dev, vdev);
+    return ret;
+}
+
+static void vhost_blk_stop(VirtIODevice *vdev)
+{
+    VHostBlk *s = VHOST_BLK(vdev);
+    BusState *qbus = BUS(qdev_get_parent_bus(DEVICE(vdev)));
+    VirtioBusClass *k = VIRTIO_BUS_GET_CLASS(qbus);
+    int ret;
+
+    if (!vhost_dev_is_started(&s->dev)) {
+        return;
+    }
+
+    /*
+     * Detach first: the call returns once the requests in flight have
+     * completed, so the ring indexes vhost_dev_stop() reads are final.
+     */
+    ret = vhost_blk_set_backend(s, -1);
+    if (ret < 0) {
+        error_report("vhost-blk: cannot detach the backend: %s",
+                     strerror(-ret));
+    }
+
+    vhost_dev_stop(&s->dev, vdev, true);
+
+    ret = k->set_guest_notifiers(qbus->parent, s->dev.nvqs, false);
+    if (ret < 0) {
+        error_report("vhost-blk: cannot unbind guest notifiers: %s",
+                     strerror(-ret));
+    }
+
+    vhost_dev_disable_notifiers(&s->dev, vdev);
+}
+
+static void vhost_blk_set_status(VirtIODevice *vdev, uint8_t status)
+{
+    VHostBlk *s = VHOST_BLK(vdev);
+    bool should_start = virtio_device_should_start(vdev, status);
+    Error *local_err = NULL;
+
+    if (vhost_dev_is_started(&s->dev) == should_start) {
+        return;
+    }
+
+    if (should_start) {
+        if (vhost_blk_start(vdev, &local_err) < 0) {
+            error_reportf_err(local_err, "vhost-blk: cannot start: ");
+        }
+    } else {
+        vhost_blk_stop(vdev);
+    }
+}
+
+/*
+ * The rings are the kernel's once started; QEMU sees a kick only from a
+ * guest that kicks before DRIVER_OK (legacy drivers may): start then.
+ */
+static void vhost_blk_handle_output(VirtIODevice *vdev, VirtQueue *vq)
+{
+    VHostBlk *s = VHOST_BLK(vdev);
+    Error *local_err = NULL;
+    unsigned int i;
+
+    if (!vdev->start_on_kick || vhost_dev_is_started(&s->dev)) {
+        return;
+    }
+
+    if (vhost_blk_start(vdev, &local_err) < 0) {
+        error_reportf_err(local_err, "vhost-blk: cannot start: ");
+        return;
+    }
+
+    /*
+     * The kernel looks at a ring when it attaches it; kick anyway, so that
+     * what the guest queued is served whatever the ring's state.
+     */
+    for (i = 0; i < s->dev.nvqs; i++) {
+        if (vhost_blk_ring_in_use(s, i)) {
+            event_notifier_set(
+                virtio_queue_get_host_notifier(virtio_get_queue(vdev, i)));
+        }
+    }
+}
+
+static uint64_t vhost_blk_get_features(VirtIODevice *vdev, uint64_t features,
+                                       Error **errp)
+{
+    VHostBlk *s = VHOST_BLK(vdev);
+
+    virtio_add_feature(&features, VIRTIO_BLK_F_SEG_MAX);
+    virtio_add_feature(&features, VIRTIO_BLK_F_BLK_SIZE);
+    virtio_add_feature(&features, VIRTIO_BLK_F_FLUSH);
+    if (s->num_queues > 1) {
+        virtio_add_feature(&features, VIRTIO_BLK_F_MQ);
+    }
+    /* DISCARD and WRITE_ZEROES: the properties of the same names. */
+    if (s->read_only) {
+        virtio_add_feature(&features, VIRTIO_BLK_F_RO);
+        virtio_clear_feature(&features, VIRTIO_BLK_F_DISCARD);
+        virtio_clear_feature(&features, VIRTIO_BLK_F_WRITE_ZEROES);
+    }
+
+    return vhost_get_features(&s->dev, kernel_feature_bits, features);
+}
+
+static void vhost_blk_get_config(VirtIODevice *vdev, uint8_t *config)
+{
+    VHostBlk *s = VHOST_BLK(vdev);
+    struct virtio_blk_config blkcfg;
+
+    memset(&blkcfg, 0, sizeof(blkcfg));
+    virtio_stq_p(vdev, &blkcfg.capacity, s->capacity);
+    virtio_stl_p(vdev, &blkcfg.seg_max,
+                 MIN(VHOST_BLK_SEG_MAX, s->queue_size - 2));
+    virtio_stl_p(vdev, &blkcfg.blk_size, s->blk_size);
+    virtio_stw_p(vdev, &blkcfg.num_queues, s->num_queues);
+    virtio_stl_p(vdev, &blkcfg.max_discard_sectors,
+                 VHOST_BLK_MAX_DISCARD_SECTORS);
+    virtio_stl_p(vdev, &blkcfg.max_discard_seg, VHOST_BLK_MAX_DISCARD_SEG);
+    virtio_stl_p(vdev, &blkcfg.discard_sector_alignment,
+                 s->blk_size >> VHOST_BLK_SECTOR_BITS);
+    virtio_stl_p(vdev, &blkcfg.max_write_zeroes_sectors,
+                 VHOST_BLK_MAX_WRITE_ZEROES_SECTORS);
+    virtio_stl_p(vdev, &blkcfg.max_write_zeroes_seg,
+                 VHOST_BLK_MAX_DISCARD_SEG);
+    blkcfg.write_zeroes_may_unmap = 1;
+
+    memcpy(config, &blkcfg, MIN(vdev->config_len, sizeof(blkcfg)));
+}
+
+/* Open "path" and read its size and logical block size. */
+static bool vhost_blk_open_backing(VHostBlk *s, Error **errp)
+{
+    int flags = s->read_only ? O_RDONLY : O_RDWR;
+    uint64_t bytes;
+    struct stat st;
+    int fd;
+
+    if (s->direct) {
+        flags |= O_DIRECT;
+    }
+    fd = qemu_open(s->path, flags, errp);
+    if (fd < 0) {
+        return false;
+    }
+
+    if (fstat(fd, &st) < 0) {
+        error_setg_errno(errp, errno, "cannot stat '%s'", s->path);
+        goto fail;
+    }
+
+    if (S_ISBLK(st.st_mode)) {
+        int lbs;
+
+        if (ioctl(fd, BLKGETSIZE64, &bytes) < 0) {
+            error_setg_errno(errp, errno, "cannot get the size of '%s'",
+                             s->path);
+            goto fail;
+        }
+        if (ioctl(fd, BLKSSZGET, &lbs) < 0) {
+            error_setg_errno(errp, errno,
+                             "cannot get the logical block size of '%s'",
+                             s->path);
+            goto fail;
+        }
+        if (lbs < VHOST_BLK_SECTOR_SIZE || !is_power_of_2(lbs)) {
+            error_setg(errp, "'%s' has an unusable logical block size %d",
+                       s->path, lbs);
+            goto fail;
+        }
+        s->blk_size = lbs;
+    } else if (S_ISREG(st.st_mode)) {
+        bytes = st.st_size;
+        s->blk_size = VHOST_BLK_SECTOR_SIZE;
+    } else {
+        error_setg(errp, "'%s' is neither a block device nor a regular file",
+                   s->path);
+        goto fail;
+    }
+
+    if (bytes % s->blk_size) {
+        warn_report("vhost-blk: '%s': the last %" PRIu64 " bytes are not a "
+                    "whole block and are not visible to the guest",
+                    s->path, bytes % s->blk_size);
+        bytes -= bytes % s->blk_size;
+    }
+    s->capacity = bytes >> VHOST_BLK_SECTOR_BITS;
+    s->backing_fd = fd;
+    return true;
+
+fail:
+    close(fd);
+    return false;
+}
+
+/* Check "serial" and lay it out as VHOST_BLK_SET_SERIAL wants it. */
+static bool vhost_blk_parse_serial(VHostBlk *s, struct vhost_blk_serial *out,
+                                   Error **errp)
+{
+    size_t i, len = strlen(s->serial);
+
+    if (len > VHOST_BLK_SERIAL_LEN) {
+        error_setg(errp, "serial '%s' is longer than %d bytes", s->serial,
+                   VHOST_BLK_SERIAL_LEN);
+        return false;
+    }
+    for (i = 0; i < len; i++) {
+        if (s->serial[i] < 0x20 || s->serial[i] > 0x7e) {
+            error_setg(errp, "serial may hold printable ASCII only");
+            return false;
+        }
+    }
+    memset(out, 0, sizeof(*out));
+    memcpy(out->serial, s->serial, len);
+    return true;
+}
+
+static void vhost_blk_device_realize(DeviceState *dev, Error **errp)
+{
+    ERRP_GUARD();
+    VirtIODevice *vdev = VIRTIO_DEVICE(dev);
+    VHostBlk *s = VHOST_BLK(dev);
+    struct vhost_blk_serial serial = {};
+    size_t config_size;
+    int vhostfd = -1;
+    unsigned int i;
+    int ret;
+
+    if (!s->path) {
+        error_setg(errp, "'path' is required");
+        return;
+    }
+    if (s->num_queues == VHOST_BLK_AUTO_NUM_QUEUES) {
+        s->num_queues = 1;
+    }
+    if (!s->num_queues || s->num_queues > VHOST_BLK_MAX_QUEUES) {
+        error_setg(errp, "num-queues must be between 1 and %d",
+                   VHOST_BLK_MAX_QUEUES);
+        return;
+    }
+    if (s->queue_size < 4 || s->queue_size > VIRTQUEUE_MAX_SIZE ||
+        !is_power_of_2(s->queue_size)) {
+        error_setg(errp, "queue-size must be a power of 2 between 4 and %d",
+                   VIRTQUEUE_MAX_SIZE);
+        return;
+    }
+    if (!s->workers || !strcmp(s->workers, "per-queue")) {
+        s->per_queue_workers = true;
+    } else if (!strcmp(s->workers, "shared")) {
+        s->per_queue_workers = false;
+    } else {
+        error_setg(errp, "workers must be 'per-queue' or 'shared', not '%s'",
+                   s->workers);
+        return;
+    }
+    if (s->serial && !vhost_blk_parse_serial(s, &serial, errp)) {
+        return;
+    }
+
+    if (!vhost_blk_open_backing(s, errp)) {
+        return;
+    }
+
+    if (s->vhostfd_name) {
+        vhostfd = monitor_fd_param(monitor_cur(), s->vhostfd_name, errp);
+        if (vhostfd < 0) {
+            error_prepend(errp, "cannot use vhostfd: ");
+            goto err_backing;
+        }
+    } else {
+        vhostfd = qemu_open(VHOST_BLK_DEV_PATH, O_RDWR, errp);
+        if (vhostfd < 0) {
+            goto err_backing;
+        }
+    }
+
+    config_size = virtio_get_config_size(&virtio_blk_cfg_size_params,
+                                         vdev->host_features);
+    virtio_init(vdev, VIRTIO_ID_BLOCK, config_size);
+
+    s->virtqs = g_new(VirtQueue *, s->num_queues);
+    for (i = 0; i < s->num_queues; i++) {
+        s->virtqs[i] = virtio_add_queue(vdev, s->queue_size,
+                                        vhost_blk_handle_output);
+        s->worker_ids[i] = VHOST_VRING_NEW_WORKER;
+    }
+
+    s->vhost_vqs = g_new0(struct vhost_virtqueue, s->num_queues);
+    s->dev.nvqs = s->num_queues;
+    s->dev.vqs = s->vhost_vqs;
+    s->dev.vq_index = 0;
+    s->dev.backend_features = 0;
+
+    ret = vhost_dev_init(&s->dev, (void *)(uintptr_t)vhostfd,
+                         VHOST_BACKEND_TYPE_KERNEL, 0, errp);
+    if (ret < 0) {
+        /* vhost_dev_init() closed vhostfd (vhost_dev_cleanup()). */
+        goto err_virtio;
+    }
+    s->vhost_fd = vhostfd;
+
+    if (s->serial && ioctl(s->vhost_fd, VHOST_BLK_SET_SERIAL, &serial) < 0) {
+        error_setg_errno(errp, errno, "VHOST_BLK_SET_SERIAL failed");
+        goto err_vhost;
+    }
+
+    error_setg(&s->migration_blocker,
+               "vhost-blk does not support live migration");
+    if (migrate_add_blocker(s->migration_blocker, errp) < 0) {
+        error_free(s->migration_blocker);
+        s->migration_blocker = NULL;
+        goto err_vhost;
+    }
+    return;
+
+err_vhost:
+    vhost_dev_cleanup(&s->dev);
+    s->vhost_fd = -1;
+err_virtio:
+    g_free(s->vhost_vqs);
+    s->vhost_vqs = NULL;
+    for (i = 0; i < s->num_queues; i++) {
+        virtio_delete_queue(s->virtqs[i]);
+    }
+    g_free(s->virtqs);
+    s->virtqs = NULL;
+    virtio_cleanup(vdev);
+err_backing:
+    close(s->backing_fd);
+    s->backing_fd = -1;
+}
+
+static void vhost_blk_device_unrealize(DeviceState *dev)
+{
+    VirtIODevice *vdev = VIRTIO_DEVICE(dev);
+    VHostBlk *s = VHOST_BLK(dev);
+    unsigned int i;
+
+    /* Stops vhost if it runs. */
+    virtio_set_status(vdev, 0);
+
+    /* Closes the vhost fd: the kernel frees the workers with it. */
+    vhost_dev_cleanup(&s->dev);
+    s->vhost_fd = -1;
+    g_free(s->vhost_vqs);
+    s->vhost_vqs = NULL;
+
+    for (i = 0; i < s->num_queues; i++) {
+        virtio_delete_queue(s->virtqs[i]);
+    }
+    g_free(s->virtqs);
+    s->virtqs = NULL;
+    virtio_cleanup(vdev);
+
+    close(s->backing_fd);
+    s->backing_fd = -1;
+
+    migrate_del_blocker(s->migration_blocker);
+    error_free(s->migration_blocker);
+    s->migration_blocker = NULL;
+}
+
+static struct vhost_dev *vhost_blk_get_vhost(VirtIODevice *vdev)
+{
+    VHostBlk *s = VHOST_BLK(vdev);
+
+    return &s->dev;
+}
+
+static void vhost_blk_instance_init(Object *obj)
+{
+    VHostBlk *s = VHOST_BLK(obj);
+
+    s->backing_fd = -1;
+    s->vhost_fd = -1;
+    device_add_bootindex_property(obj, &s->bootindex, "bootindex",
+                                  "/disk@0,0", DEVICE(obj));
+}
+
+static const VMStateDescription vmstate_vhost_blk = {
+    .name = "vhost-blk",
+    .minimum_version_id = 1,
+    .version_id = 1,
+    .fields = (VMStateField[]) {
+        VMSTATE_VIRTIO_DEVICE,
+        VMSTATE_END_OF_LIST()
+    },
+};
+
+static Property vhost_blk_properties[] = {
+    DEFINE_PROP_STRING("path", VHostBlk, path),
+    DEFINE_PROP_BOOL("read-only", VHostBlk, read_only, false),
+    DEFINE_PROP_BOOL("direct", VHostBlk, direct, true),
+    DEFINE_PROP_STRING("serial", VHostBlk, serial),
+    DEFINE_PROP_UINT16("num-queues", VHostBlk, num_queues,
+                       VHOST_BLK_AUTO_NUM_QUEUES),
+    DEFINE_PROP_UINT16("queue-size", VHostBlk, queue_size, 128),
+    DEFINE_PROP_STRING("workers", VHostBlk, workers),
+    DEFINE_PROP_STRING("vhostfd", VHostBlk, vhostfd_name),
+    DEFINE_PROP_BIT64("discard", VHostBlk, parent_obj.host_features,
+                      VIRTIO_BLK_F_DISCARD, true),
+    DEFINE_PROP_BIT64("write-zeroes", VHostBlk, parent_obj.host_features,
+                      VIRTIO_BLK_F_WRITE_ZEROES, true),
+    DEFINE_PROP_END_OF_LIST(),
+};
+
+static void vhost_blk_class_init(ObjectClass *klass, void *data)
+{
+    DeviceClass *dc = DEVICE_CLASS(klass);
+    VirtioDeviceClass *vdc = VIRTIO_DEVICE_CLASS(klass);
+
+    device_class_set_props(dc, vhost_blk_properties);
+    dc->vmsd = &vmstate_vhost_blk;
+    set_bit(DEVICE_CATEGORY_STORAGE, dc->categories);
+    vdc->realize = vhost_blk_device_realize;
+    vdc->unrealize = vhost_blk_device_unrealize;
+    vdc->get_config = vhost_blk_get_config;
+    vdc->get_features = vhost_blk_get_features;
+    vdc->set_status = vhost_blk_set_status;
+    vdc->get_vhost = vhost_blk_get_vhost;
+}
+
+static const TypeInfo vhost_blk_info = {
+    .name = TYPE_VHOST_BLK,
+    .parent = TYPE_VIRTIO_DEVICE,
+    .instance_size = sizeof(VHostBlk),
+    .instance_init = vhost_blk_instance_init,
+    .class_init = vhost_blk_class_init,
+};
+
+static void vhost_blk_register_types(void)
+{
+    type_register_static(&vhost_blk_info);
+}
+
+type_init(vhost_blk_register_types)
