@@ -1,0 +1,342 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# A real VMM on this kernel's vhost: the patched QEMU (qemu/ in vhost-mq)
+# boots a guest (under TCG, no KVM needed) whose own virtio_blk drives
+# /dev/vhost-blk and whose virtio_net drives /dev/vhost-net on this machine.
+#
+#   VHOST_QEMU         a qemu-system-x86_64 with -device vhost-blk-pci and
+#                      -netdev tap,vhost-workers=
+#   VHOST_QEMU_KERNEL  the guest's kernel (virtio_pci, virtio_blk,
+#                      virtio_net, devtmpfs, tmpfs built in)
+#   VHOST_QEMU_FW      firmware directories for -L, colon separated
+#                      (default /usr/share/qemu:/usr/share/seabios)
+#
+# The guest runs from an initramfs made here: busybox, this machine's bash
+# and fio with their libraries, and this script.  Cases:
+#   nullb_two_queues_fio_verify  -device vhost-blk-pci,num-queues=2 on
+#       /dev/nullb0: the guest sees /dev/vda with 2 queues, fio (2 jobs, one
+#       per vCPU, random writes with crc32c, read back and verified) passes;
+#   nullb_worker_per_queue       meanwhile each ring's vhost worker thread
+#       (vhost-<qemu pid>, vhost-<qemu pid>-1) did work here;
+#   nullb_reboot_then_io         the guest reboots (device reset, rings
+#       started again), verifies what it wrote before, writes and verifies
+#       again;
+#   file_fio_verify              the same on a regular file;
+#   file_shrunk_read_eio         the file shrinks under the running guest:
+#       reading past the new end fails with EIO in the guest, and this
+#       kernel's log stays clean;
+#   tap_per_ring_workers_ping    -netdev tap,vhost=on,vhost-workers=per-ring:
+#       the guest and this machine ping each other over the tap, and both
+#       of the queue pair's vhost workers (RX on vhost-<pid>, TX on
+#       vhost-<pid>-1) did work.
+# Exit 0 when every case passes, 1 otherwise, 4 when skipped (kselftest).
+set -u
+me=$(readlink -f "$0")
+
+# --- Inside the guest: vhost_qemu.sh --guest MODE -----------------------
+if [ "${1:-}" = --guest ]; then
+	mode=$2
+	say() { echo "VMQT: $*"; }
+	say "info up $(cut -d' ' -f1 /proc/uptime) s at the start of $mode"
+	vd=/dev/vda
+	if [ "$mode" != net ]; then
+		for i in $(seq 1 50); do [ -b $vd ] && break; sleep 0.2; done
+		[ -b $vd ] || { say "fail no $vd"; say done; exit 1; }
+		say "info $vd: $(cat /sys/block/vda/size) sectors," \
+			"$(ls /sys/block/vda/mq | wc -l) queue(s)"
+		[ "$(ls /sys/block/vda/mq | wc -l)" = 2 ] && say "ok queues_2"
+		# The marker sector, past what fio uses: which boot this is.
+		marker_off=$(($(cat /sys/block/vda/size) - 8))
+		stage=$(dd if=$vd bs=512 skip=$marker_off count=1 2>/dev/null |
+			tr -dc 'A-Z0-9')
+	fi
+	fiojob() {	# rw [extra...]
+		local rw=$1
+		shift
+		fio --name=v --filename=$vd --direct=1 --ioengine=psync --rw="$rw" \
+			--bs=4k --size=2M --numjobs=2 --offset_increment=2M \
+			--cpus_allowed=0-1 --cpus_allowed_policy=split \
+			--verify=crc32c --verify_fatal=1 --randseed=1234 \
+			--group_reporting "$@" >/tmp/fio.log 2>&1
+	}
+	case $mode in
+	files)
+		# vda: fio verify on a file; vdb: a file the host shrinks.
+		if fiojob randwrite; then
+			say "ok fio_verify"
+		else
+			say "fail fio_verify"; sed 's/^/VMQT: # /' /tmp/fio.log
+		fi
+		# The host shrinks vdb's file to half when it sees "hook";
+		# reading its last 1M then fails, well within 60 s.
+		vd=/dev/vdb
+		last=$(($(cat /sys/block/vdb/size) / 2048 - 1))
+		dd if=$vd of=/dev/null bs=1M skip=$last count=1 iflag=direct 2>/dev/null ||
+			say "fail read before shrinking"
+		say hook
+		res="fail no EIO within 60 s"
+		for i in $(seq 1 120); do
+			if ! dd if=$vd of=/dev/null bs=1M skip=$last count=1 iflag=direct \
+					2>/tmp/dd.err; then
+				grep -qE "Input/output error|I/O error" /tmp/dd.err && res=ok ||
+					res="fail $(cat /tmp/dd.err)"
+				break
+			fi
+			sleep 0.5
+		done
+		say "$res shrunk_read_eio"
+		;;
+	io-reboot)
+		if [ "$stage" = VMQTBOOT1 ]; then
+			# After the reboot: the marker boot 1 wrote was read back
+			# (stage), and I/O works again.
+			say "ok reboot_verify"
+			if fiojob randwrite --offset=8M; then
+				say "ok reboot_io"
+			else
+				say "fail reboot_io"; sed 's/^/VMQT: # /' /tmp/fio.log
+			fi
+			say done
+			exit 0
+		fi
+		if fiojob randwrite; then
+			say "ok fio_verify"
+		else
+			say "fail fio_verify"; sed 's/^/VMQT: # /' /tmp/fio.log
+		fi
+		printf 'VMQTBOOT1' | dd of=$vd bs=512 seek=$marker_off conv=sync,fsync \
+			oflag=direct 2>/dev/null
+		sync
+		say rebooting
+		busybox reboot -f
+		sleep 600
+		;;
+	net)
+		busybox ip addr add 10.99.0.2/24 dev eth0 &&
+			busybox ip link set eth0 up || say "fail no eth0"
+		# The host sets up its end of the tap when it sees "hook".
+		say hook
+		res="fail no answer from 10.99.0.1 within 60 s"
+		for i in $(seq 1 60); do
+			busybox ping -c 1 -W 1 10.99.0.1 >/dev/null 2>&1 || continue
+			if busybox ping -c 10 -s 1400 -W 5 10.99.0.1 >/tmp/ping.log 2>&1; then
+				res=ok
+			else
+				res="fail $(grep -a transmitted /tmp/ping.log)"
+			fi
+			break
+		done
+		say "$res ping"
+		;;
+	esac
+	say "info up $(cut -d' ' -f1 /proc/uptime) s at the end"
+	say done
+	exit 0
+fi
+
+# --- On this machine ---------------------------------------------------------
+qemu=${VHOST_QEMU:-}
+kernel=${VHOST_QEMU_KERNEL:-}
+fw=${VHOST_QEMU_FW:-/usr/share/qemu:/usr/share/seabios}
+cases=(nullb_two_queues_fio_verify nullb_worker_per_queue nullb_reboot_then_io
+       file_fio_verify file_shrunk_read_eio tap_per_ring_workers_ping)
+echo "TAP version 13"
+echo "1..${#cases[@]}"
+skipall() {
+	local i=1 c
+	for c in "${cases[@]}"; do
+		echo "ok $i $c # SKIP $*"
+		i=$((i + 1))
+	done
+	echo "# Totals: pass:0 fail:0 xfail:0 xpass:0 skip:${#cases[@]} error:0"
+	exit 4
+}
+[ -n "$qemu" ] || skipall "VHOST_QEMU not set (the patched qemu-system-x86_64)"
+[ -x "$qemu" ] || skipall "$qemu is not executable"
+[ -n "$kernel" ] && [ -r "$kernel" ] ||
+	skipall "VHOST_QEMU_KERNEL not set or unreadable (the guest's bzImage)"
+[ "$(id -u)" = 0 ] || skipall "needs root (/dev/nullb0, vhost threads of another uid)"
+[ -e /dev/vhost-blk ] || skipall "/dev/vhost-blk missing (CONFIG_VHOST_BLK)"
+[ -b /dev/nullb0 ] || skipall "/dev/nullb0 missing (null_blk.nr_devices=1 memory_backed=1)"
+[ "$(cat /sys/module/null_blk/parameters/memory_backed 2>/dev/null)" != N ] ||
+	skipall "/dev/nullb0 is not memory-backed (null_blk.memory_backed=1)"
+bb=$(command -v busybox) || skipall "busybox not installed (the guest's init)"
+command -v fio >/dev/null || skipall "fio not installed"
+[ -e /dev/vhost-net ] || skipall "/dev/vhost-net missing (CONFIG_VHOST_NET)"
+[ -e /dev/net/tun ] || skipall "/dev/net/tun missing (CONFIG_TUN)"
+"$qemu" -device help 2>/dev/null | grep -q '"vhost-blk-pci"' ||
+	skipall "$qemu has no vhost-blk-pci device"
+
+work=$(mktemp -d /tmp/vhost_qemu.XXXXXX)
+trap 'pkill -KILL -P $$ 2>/dev/null; rm -rf "$work"' EXIT
+# The guests' consoles (NAME.log), QEMU's output (NAME.qemu) and the vhost
+# workers seen (NAME.workers): kept in VHOST_QEMU_LOGDIR if set.
+logs=${VHOST_QEMU_LOGDIR:-$work}
+
+# The guest's initramfs, self-contained (this machine's root over nested
+# 9p made every program start take minutes): busybox, bash and fio with
+# the libraries they load, this script, and an init that runs
+# "vhost_qemu.sh --guest MODE", MODE from vmqt.mode= on its command line.
+ird=$work/initrd
+mkdir -p "$ird/bin" "$ird/"{dev,proc,sys,tmp}
+cp "$bb" "$ird/bin/busybox"
+ln -s busybox "$ird/bin/sh"
+for prog in bash fio; do
+	p=$(command -v $prog) || skipall "$prog not installed"
+	cp "$p" "$ird/bin/$prog"
+	ldd "$p" | awk '/=> \// { print $3 } /^\t\// { print $1 }' | while read -r lib; do
+		mkdir -p "$ird$(dirname "$lib")"
+		[ -e "$ird$lib" ] || cp -L "$lib" "$ird$lib"
+	done
+done
+cp "$me" "$ird/vhost_qemu.sh"
+cat >"$ird/init" <<'EOF'
+#!/bin/sh
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc none /proc
+mount -t devtmpfs none /dev
+mount -t sysfs none /sys
+mount -t tmpfs none /tmp
+for a in $(cat /proc/cmdline); do
+	case "$a" in vmqt.mode=*) mode=${a#vmqt.mode=} ;; esac
+done
+bash /vhost_qemu.sh --guest "$mode"
+echo "VMQT: done"
+exec sleep 3600
+EOF
+chmod 755 "$ird/init"
+(cd "$ird" && find . | cpio -o -H newc --quiet) >"$work/initrd.cpio" ||
+	skipall "cpio failed"
+
+fwargs=()
+IFS=: read -ra fwdirs <<<"$fw"
+for d in "${fwdirs[@]}"; do fwargs+=(-L "$d"); done
+
+# boot NAME MODE HOOK QEMU-ARGS...: run the guest until it prints
+# "VMQT: done" (at most 600 s), its console in $logs/NAME.log; HOOK (a
+# command, or "") runs once the guest prints "VMQT: hook".  Leaves the
+# qemu pid in $qpid and the guest's vhost worker CPU times in
+# $logs/NAME.workers.
+boot() {
+	local name=$1 mode=$2 hook=$3 log=$logs/$1.log hooked=0 i
+	shift 3
+	: >"$log"
+	"$qemu" -accel tcg,tb-size=64 -smp 2,sockets=2,cores=1,threads=1 -m 512M \
+		-nographic -nodefaults \
+		-serial "file:$log" "${fwargs[@]}" \
+		-kernel "$kernel" -initrd "$work/initrd.cpio" \
+		-append "console=ttyS0 panic=-1 acpi=off quiet vmqt.mode=$mode" \
+		"$@" >"$logs/$name.qemu" 2>&1 &
+	qpid=$!
+	echo "# $name: qemu started at $(date +%T)"
+	for i in $(seq 1 1200); do
+		grep -q "^VMQT: done" "$log" && break
+		kill -0 $qpid 2>/dev/null || break
+		if [ -n "$hook" ] && [ $hooked = 0 ] && grep -q "^VMQT: hook" "$log"; then
+			$hook
+			hooked=1
+		fi
+		sleep 0.5
+	done
+	echo "# $name: guest done at $(date +%T)"
+	# Every vhost worker of this qemu, with its CPU time (utime + stime,
+	# clock ticks), while the device still exists.
+	for t in /proc/[0-9]*; do
+		c=$(cat "$t/comm" 2>/dev/null) || continue
+		case $c in
+		vhost-$qpid|vhost-$qpid-*)
+			echo "$c $(awk '{ print $14 + $15 }' "$t/stat")" ;;
+		esac
+	done >"$logs/$name.workers"
+	kill -TERM $qpid 2>/dev/null
+	for i in $(seq 1 40); do kill -0 $qpid 2>/dev/null || break; sleep 0.5; done
+	kill -KILL $qpid 2>/dev/null
+	wait $qpid 2>/dev/null
+	sed 's/^/# qemu: /' "$logs/$name.qemu"
+	grep -a "^VMQT: " "$log" | sed 's/^/# guest: /'
+}
+
+n=0 pass=0 fail=0
+result() {	# ok|fail CASE [why...]
+	local why="${*:3}"
+	n=$((n + 1))
+	if [ "$1" = ok ]; then
+		echo "ok $n $2"
+		pass=$((pass + 1))
+	else
+		echo "not ok $n $2${why:+ # $why}"
+		fail=$((fail + 1))
+	fi
+}
+# The console ends its lines with CR LF.
+guest_ok() { tr -d '\r' <"$logs/$1.log" | grep -aq "^VMQT: ok $2\$"; }
+
+dmesg_before=$(dmesg | wc -l)
+# No marker from an earlier run: the guest's first boot must see none.
+sectors=$(blockdev --getsz /dev/nullb0)
+dd if=/dev/zero of=/dev/nullb0 bs=512 seek=$((sectors - 8)) count=8 oflag=direct 2>/dev/null
+
+echo "# null_blk, 2 queues, per-queue workers (the default)"
+boot nullb io-reboot "" -device vhost-blk-pci,path=/dev/nullb0,num-queues=2
+if guest_ok nullb queues_2 && guest_ok nullb fio_verify; then
+	result ok nullb_two_queues_fio_verify
+else
+	result fail nullb_two_queues_fio_verify "no /dev/vda with 2 queues, or fio failed"
+fi
+sed 's/^/# worker: /' "$logs/nullb.workers"
+busy=$(awk '$2 > 0' "$logs/nullb.workers" | wc -l)
+if [ "$(wc -l <"$logs/nullb.workers")" = 2 ] && [ "$busy" = 2 ]; then
+	result ok nullb_worker_per_queue
+else
+	result fail nullb_worker_per_queue \
+		"want 2 worker threads with CPU time, saw $(wc -l <"$logs/nullb.workers")" \
+		"($busy busy)"
+fi
+if guest_ok nullb reboot_verify && guest_ok nullb reboot_io; then
+	result ok nullb_reboot_then_io
+else
+	result fail nullb_reboot_then_io "no I/O after the guest's reboot"
+fi
+
+# Files through the page cache: this machine's /tmp (tmpfs or an overlay
+# on it) has no O_DIRECT.
+echo "# 64 MiB files, 2 queues: fio on one, the other shrinks under the guest"
+truncate -s 64M "$work/disk.img" "$work/disk2.img"
+shrink() { truncate -s 32M "$work/disk2.img"; }
+boot file files shrink \
+	-device "vhost-blk-pci,path=$work/disk.img,num-queues=2,direct=off" \
+	-device "vhost-blk-pci,path=$work/disk2.img,num-queues=2,direct=off"
+if guest_ok file fio_verify; then
+	result ok file_fio_verify
+else
+	result fail file_fio_verify "fio failed on the file"
+fi
+new=$(dmesg | tail -n +$((dmesg_before + 1)))
+if guest_ok file shrunk_read_eio && ! grep -qE "BUG|WARNING|Oops|KASAN" <<<"$new"; then
+	result ok file_shrunk_read_eio
+else
+	result fail file_shrunk_read_eio "no EIO in the guest, or a splat here"
+fi
+
+echo "# tap with vhost=on, vhost-workers=per-ring"
+tap=vmqtap$$
+tapup() { busybox ip addr add 10.99.0.1/24 dev $tap && busybox ip link set $tap up; }
+boot tap net tapup \
+	-netdev tap,id=n0,ifname=$tap,script=no,downscript=no,vhost=on,vhost-workers=per-ring \
+	-device virtio-net-pci,netdev=n0,romfile=
+sed 's/^/# worker: /' "$logs/tap.workers"
+busy=$(awk '$2 > 0' "$logs/tap.workers" | wc -l)
+if ! guest_ok tap ping; then
+	result fail tap_per_ring_workers_ping "no ping over the tap"
+elif [ "$(wc -l <"$logs/tap.workers")" != 2 ] || [ "$busy" != 2 ]; then
+	result fail tap_per_ring_workers_ping \
+		"want 2 worker threads with CPU time, saw $(wc -l <"$logs/tap.workers")" \
+		"($busy busy)"
+else
+	result ok tap_per_ring_workers_ping
+fi
+
+echo "# Totals: pass:$pass fail:$fail xfail:0 xpass:0 skip:0 error:0"
+[ $fail = 0 ]
