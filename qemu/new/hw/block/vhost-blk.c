@@ -40,8 +40,8 @@
  *   device's default worker.  Workers are created at the first start only:
  *   later starts bind the rings to the same workers again, so reboots do
  *   not create threads.  "shared" binds every ring to ring 0's worker.
- *   A kernel without per-ring workers answers ENOTTY: warn once, and all
- *   rings share the one worker there is.
+ *   A kernel without per-ring workers answers ENOTTY: all rings then
+ *   share the one worker there is, silently.
  *
  * - Migration.  Not supported (a blocker): the kernel could log dirty
  *   pages, but nothing moves the backing file or the rings' state.
@@ -107,10 +107,17 @@ static bool vhost_blk_ring_in_use(VHostBlk *s, unsigned int i)
     return virtio_queue_get_desc_addr(VIRTIO_DEVICE(s), i) != 0;
 }
 
+/*
+ * A kernel without the worker calls (ENOTTY) keeps one worker for the
+ * device: fall back to it silently, as for any other missing vhost
+ * feature.  Anything else is worth a warning.
+ */
 static void vhost_blk_workers_unsupported(VHostBlk *s, int err)
 {
-    warn_report("vhost-blk: the kernel has no per-queue workers (%s); "
-                "all queues share one worker", strerror(-err));
+    if (err != -ENOTTY) {
+        warn_report("vhost-blk: no per-queue workers (%s); "
+                    "all queues share one worker", strerror(-err));
+    }
     s->workers_unsupported = true;
 }
 
@@ -485,6 +492,21 @@ static bool vhost_blk_parse_serial(VHostBlk *s, struct vhost_blk_serial *out,
     return true;
 }
 
+/* Undo the virtqueue and vhost_virtqueue set-up of realize. */
+static void vhost_blk_free_queues(VHostBlk *s)
+{
+    unsigned int i;
+
+    g_free(s->vhost_vqs);
+    s->vhost_vqs = NULL;
+    for (i = 0; i < s->num_queues; i++) {
+        virtio_delete_queue(s->virtqs[i]);
+    }
+    g_free(s->virtqs);
+    s->virtqs = NULL;
+    virtio_cleanup(VIRTIO_DEVICE(s));
+}
+
 static void vhost_blk_device_realize(DeviceState *dev, Error **errp)
 {
     ERRP_GUARD();
@@ -587,14 +609,7 @@ err_vhost:
     vhost_dev_cleanup(&s->dev);
     s->vhost_fd = -1;
 err_virtio:
-    g_free(s->vhost_vqs);
-    s->vhost_vqs = NULL;
-    for (i = 0; i < s->num_queues; i++) {
-        virtio_delete_queue(s->virtqs[i]);
-    }
-    g_free(s->virtqs);
-    s->virtqs = NULL;
-    virtio_cleanup(vdev);
+    vhost_blk_free_queues(s);
 err_backing:
     close(s->backing_fd);
     s->backing_fd = -1;
@@ -604,7 +619,6 @@ static void vhost_blk_device_unrealize(DeviceState *dev)
 {
     VirtIODevice *vdev = VIRTIO_DEVICE(dev);
     VHostBlk *s = VHOST_BLK(dev);
-    unsigned int i;
 
     /* Stops vhost if it runs. */
     virtio_set_status(vdev, 0);
@@ -612,15 +626,7 @@ static void vhost_blk_device_unrealize(DeviceState *dev)
     /* Closes the vhost fd: the kernel frees the workers with it. */
     vhost_dev_cleanup(&s->dev);
     s->vhost_fd = -1;
-    g_free(s->vhost_vqs);
-    s->vhost_vqs = NULL;
-
-    for (i = 0; i < s->num_queues; i++) {
-        virtio_delete_queue(s->virtqs[i]);
-    }
-    g_free(s->virtqs);
-    s->virtqs = NULL;
-    virtio_cleanup(vdev);
+    vhost_blk_free_queues(s);
 
     close(s->backing_fd);
     s->backing_fd = -1;
