@@ -565,6 +565,16 @@ static void vhost_blk_device_realize(DeviceState *dev, Error **errp)
             goto err_backing;
         }
     }
+    /*
+     * Behind a vIOMMU the kernel posts IOTLB misses on this fd, and
+     * vhost_kernel_iotlb_read() reads them from the main loop until a read
+     * fails: a blocking fd would stop the main loop there for good.
+     */
+    if (!g_unix_set_fd_nonblocking(vhostfd, true, NULL)) {
+        error_setg_errno(errp, errno, "cannot make the vhost fd nonblocking");
+        close(vhostfd);
+        goto err_backing;
+    }
 
     config_size = virtio_get_config_size(&virtio_blk_cfg_size_params,
                                          vdev->host_features);
