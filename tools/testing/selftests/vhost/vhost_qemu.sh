@@ -26,6 +26,12 @@
 #   file_shrunk_read_eio         the file shrinks under the running guest:
 #       reading past the new end fails with EIO in the guest, and this
 #       kernel's log stays clean;
+#   viommu_access_platform_fio_verify  the same null_blk behind QEMU's
+#       intel-iommu (q35, iommu_platform=on): the guest negotiates
+#       VIRTIO_F_ACCESS_PLATFORM, its DMA is translated (an IOMMU group of
+#       type DMA), so every address vhost-blk uses comes through the device
+#       IOTLB; fio verify passes and this kernel's log stays clean.
+#       Opt-in (VHOST_QEMU_VIOMMU=1), SKIP otherwise: it fails today;
 #   tap_per_ring_workers_ping    -netdev tap,vhost=on,vhost-workers=per-ring:
 #       the guest and this machine ping each other over the tap, and both
 #       of the queue pair's vhost workers (RX on vhost-<pid>, TX on
@@ -112,6 +118,24 @@ if [ "${1:-}" = --guest ]; then
 		busybox reboot -f
 		sleep 600
 		;;
+	viommu)
+		# Bit 33 of the negotiated features is VIRTIO_F_ACCESS_PLATFORM;
+		# the PCI function's IOMMU group says whether DMA is translated.
+		feat=$(cat /sys/block/vda/device/features)
+		grp=$(readlink -f /sys/block/vda/device/../iommu_group)
+		type=$(cat "$grp/type" 2>/dev/null)
+		say "info features $feat, iommu group ${grp##*/} type ${type:-none}"
+		if [ "${feat:33:1}" = 1 ] && [ "${type#DMA}" != "$type" ]; then
+			say "ok translated"
+		else
+			say "fail ACCESS_PLATFORM not negotiated or DMA not translated"
+		fi
+		if fiojob randwrite; then
+			say "ok fio_verify"
+		else
+			say "fail fio_verify"; sed 's/^/VMQT: # /' /tmp/fio.log
+		fi
+		;;
 	net)
 		busybox ip addr add 10.99.0.2/24 dev eth0 &&
 			busybox ip link set eth0 up || say "fail no eth0"
@@ -140,7 +164,8 @@ qemu=${VHOST_QEMU:-}
 kernel=${VHOST_QEMU_KERNEL:-}
 fw=${VHOST_QEMU_FW:-/usr/share/qemu:/usr/share/seabios}
 cases=(nullb_two_queues_fio_verify nullb_worker_per_queue nullb_reboot_then_io
-       file_fio_verify file_shrunk_read_eio tap_per_ring_workers_ping)
+       file_fio_verify file_shrunk_read_eio viommu_access_platform_fio_verify
+       tap_per_ring_workers_ping)
 echo "TAP version 13"
 echo "1..${#cases[@]}"
 skipall() {
@@ -214,6 +239,10 @@ fwargs=()
 IFS=: read -ra fwdirs <<<"$fw"
 for d in "${fwdirs[@]}"; do fwargs+=(-L "$d"); done
 
+# The guest kernel's own arguments besides console and mode: no ACPI (and
+# so no IOMMU) unless a case says otherwise.
+kargs="acpi=off"
+
 # boot NAME MODE HOOK QEMU-ARGS...: run the guest until it prints
 # "VMQT: done" (at most 600 s), its console in $logs/NAME.log; HOOK (a
 # command, or "") runs once the guest prints "VMQT: hook".  Leaves the
@@ -227,7 +256,7 @@ boot() {
 		-nographic -nodefaults \
 		-serial "file:$log" "${fwargs[@]}" \
 		-kernel "$kernel" -initrd "$work/initrd.cpio" \
-		-append "console=ttyS0 panic=-1 acpi=off quiet vmqt.mode=$mode" \
+		-append "console=ttyS0 panic=-1 $kargs quiet vmqt.mode=$mode" \
 		"$@" >"$logs/$name.qemu" 2>&1 &
 	qpid=$!
 	echo "# $name: qemu started at $(date +%T)"
@@ -241,6 +270,10 @@ boot() {
 		sleep 0.5
 	done
 	echo "# $name: guest done at $(date +%T)"
+	grep -q "^VMQT: done" "$log" || {
+		echo "# $name: the guest did not finish; the end of its console:"
+		tail -n 25 "$log" | tr -d '\r' | sed 's/^/# console: /'
+	}
 	# Every vhost worker of this qemu, with its CPU time (utime + stime,
 	# clock ticks), while the device still exists.
 	for t in /proc/[0-9]*; do
@@ -258,13 +291,16 @@ boot() {
 	grep -a "^VMQT: " "$log" | sed 's/^/# guest: /'
 }
 
-n=0 pass=0 fail=0
-result() {	# ok|fail CASE [why...]
+n=0 pass=0 fail=0 skip=0
+result() {	# ok|skip|fail CASE [why...]
 	local why="${*:3}"
 	n=$((n + 1))
 	if [ "$1" = ok ]; then
 		echo "ok $n $2"
 		pass=$((pass + 1))
+	elif [ "$1" = skip ]; then
+		echo "ok $n $2 # SKIP $why"
+		skip=$((skip + 1))
 	else
 		echo "not ok $n $2${why:+ # $why}"
 		fail=$((fail + 1))
@@ -320,6 +356,30 @@ else
 	result fail file_shrunk_read_eio "no EIO in the guest, or a splat here"
 fi
 
+echo "# null_blk behind intel-iommu: VIRTIO_F_ACCESS_PLATFORM, the device IOTLB"
+if [ "${VHOST_QEMU_VIOMMU:-0}" != 1 ]; then
+	result skip viommu_access_platform_fio_verify \
+		"known failure, opt in with VHOST_QEMU_VIOMMU=1:" \
+		"I/O behind intel-iommu stalls on bad descriptor translations"
+else
+	dmesg_before=$(dmesg | wc -l)
+	kargs="intel_iommu=on"
+	boot viommu viommu "" -M q35 -device intel-iommu,intremap=off \
+		-device vhost-blk-pci,path=/dev/nullb0,num-queues=2,disable-legacy=on,iommu_platform=on
+	kargs="acpi=off"
+	new=$(dmesg | tail -n +$((dmesg_before + 1)))
+	if ! guest_ok viommu translated; then
+		result fail viommu_access_platform_fio_verify \
+			"ACCESS_PLATFORM not negotiated, or the guest's DMA not translated"
+	elif ! guest_ok viommu fio_verify; then
+		result fail viommu_access_platform_fio_verify "fio failed behind the vIOMMU"
+	elif grep -qE "BUG|WARNING|Oops|KASAN" <<<"$new"; then
+		result fail viommu_access_platform_fio_verify "a splat in this kernel's log"
+	else
+		result ok viommu_access_platform_fio_verify
+	fi
+fi
+
 echo "# tap with vhost=on, vhost-workers=per-ring"
 tap=vmqtap$$
 tapup() { busybox ip addr add 10.99.0.1/24 dev $tap && busybox ip link set $tap up; }
@@ -338,5 +398,5 @@ else
 	result ok tap_per_ring_workers_ping
 fi
 
-echo "# Totals: pass:$pass fail:$fail xfail:0 xpass:0 skip:0 error:0"
+echo "# Totals: pass:$pass fail:$fail xfail:0 xpass:0 skip:$skip error:0"
 [ $fail = 0 ]
