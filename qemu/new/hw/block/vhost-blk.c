@@ -43,6 +43,10 @@
  *   A kernel without per-ring workers answers ENOTTY: all rings then
  *   share the one worker there is, silently.
  *
+ * - Busy polling.  poll-us (as for -netdev tap) sets every ring's
+ *   VHOST_SET_VRING_BUSYLOOP_TIMEOUT once, in vhost_dev_init(): the value
+ *   lives in the kernel until the fd is closed, through resets and restarts.
+ *
  * - Migration.  Not supported (a blocker): the kernel could log dirty
  *   pages, but nothing moves the backing file or the rings' state.
  */
@@ -594,7 +598,7 @@ static void vhost_blk_device_realize(DeviceState *dev, Error **errp)
     s->dev.backend_features = 0;
 
     ret = vhost_dev_init(&s->dev, (void *)(uintptr_t)vhostfd,
-                         VHOST_BACKEND_TYPE_KERNEL, 0, errp);
+                         VHOST_BACKEND_TYPE_KERNEL, s->poll_us, errp);
     if (ret < 0) {
         /* vhost_dev_init() closed vhostfd (vhost_dev_cleanup()). */
         goto err_virtio;
@@ -682,6 +686,7 @@ static Property vhost_blk_properties[] = {
                        VHOST_BLK_AUTO_NUM_QUEUES),
     DEFINE_PROP_UINT16("queue-size", VHostBlk, queue_size, 128),
     DEFINE_PROP_STRING("workers", VHostBlk, workers),
+    DEFINE_PROP_UINT32("poll-us", VHostBlk, poll_us, 0),
     DEFINE_PROP_STRING("vhostfd", VHostBlk, vhostfd_name),
     DEFINE_PROP_BIT64("discard", VHostBlk, parent_obj.host_features,
                       VIRTIO_BLK_F_DISCARD, true),

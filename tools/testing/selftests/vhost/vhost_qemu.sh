@@ -22,7 +22,8 @@
 #   nullb_reboot_then_io         the guest reboots (device reset, rings
 #       started again), verifies what it wrote before, writes and verifies
 #       again;
-#   file_fio_verify              the same on a regular file;
+#   file_fio_verify              the same on a regular file, its rings
+#       busy-polling (poll-us=1000);
 #   file_shrunk_read_eio         the file shrinks under the running guest:
 #       reading past the new end fails with EIO in the guest, and this
 #       kernel's log stays clean;
@@ -341,7 +342,7 @@ echo "# 64 MiB files, 2 queues: fio on one, the other shrinks under the guest"
 truncate -s 64M "$work/disk.img" "$work/disk2.img"
 shrink() { truncate -s 32M "$work/disk2.img"; }
 boot file files shrink \
-	-device "vhost-blk-pci,path=$work/disk.img,num-queues=2,direct=off" \
+	-device "vhost-blk-pci,path=$work/disk.img,num-queues=2,direct=off,poll-us=1000" \
 	-device "vhost-blk-pci,path=$work/disk2.img,num-queues=2,direct=off"
 if guest_ok file fio_verify; then
 	result ok file_fio_verify

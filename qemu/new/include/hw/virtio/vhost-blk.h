@@ -32,6 +32,7 @@ struct VHostBlk {
     uint16_t num_queues;
     uint16_t queue_size;
     char *workers;          /* "per-queue" (NULL too) or "shared" */
+    uint32_t poll_us;       /* rings' busy-poll timeout, 0: the kernel's */
     char *vhostfd_name;     /* a pre-opened /dev/vhost-blk */
     int32_t bootindex;
 
