@@ -308,6 +308,8 @@ result() {	# ok|fail CASE [why...]
 }
 # The console ends its lines with CR LF.
 guest_ok() { tr -d '\r' <"$logs/$1.log" | grep -aq "^VMQT: ok $2\$"; }
+# A splat in this kernel's log after its first $1 lines.
+splat_since() { dmesg | tail -n +$(($1 + 1)) | grep -qE "BUG|WARNING|Oops|KASAN"; }
 
 dmesg_before=$(dmesg | wc -l)
 # No marker from an earlier run: the guest's first boot must see none.
@@ -349,8 +351,7 @@ if guest_ok file fio_verify; then
 else
 	result fail file_fio_verify "fio failed on the file"
 fi
-new=$(dmesg | tail -n +$((dmesg_before + 1)))
-if guest_ok file shrunk_read_eio && ! grep -qE "BUG|WARNING|Oops|KASAN" <<<"$new"; then
+if guest_ok file shrunk_read_eio && ! splat_since "$dmesg_before"; then
 	result ok file_shrunk_read_eio
 else
 	result fail file_shrunk_read_eio "no EIO in the guest, or a splat here"
@@ -363,13 +364,12 @@ kargs="intel_iommu=on"
 boot vtd viommu "" -M q35 -device intel-iommu,intremap=off \
 	-device vhost-blk-pci,path=/dev/nullb0,num-queues=2,$vtd_dev
 kargs="acpi=off"
-new=$(dmesg | tail -n +$((dmesg_before + 1)))
 if ! guest_ok vtd translated; then
 	result fail viommu_access_platform_fio_verify \
 		"ACCESS_PLATFORM not negotiated, or the guest's DMA not translated"
 elif ! guest_ok vtd fio_verify; then
 	result fail viommu_access_platform_fio_verify "fio failed behind the vIOMMU"
-elif grep -qE "BUG|WARNING|Oops|KASAN" <<<"$new"; then
+elif splat_since "$dmesg_before"; then
 	result fail viommu_access_platform_fio_verify "a splat in this kernel's log"
 else
 	result ok viommu_access_platform_fio_verify
