@@ -31,13 +31,14 @@
  * its batch, so a block device sees it at once.
  *
  * Busy polling.  With a ring's busyloop_timeout (VHOST_SET_VRING_BUSYLOOP_
- * TIMEOUT; the module parameter of that name gives rings their first value)
- * the handler, once the ring is empty, keeps guest notifications off and
- * watches the avail ring for up to that many microseconds before it sleeps,
- * and complete_work runs the handler again after returning requests, as the
- * guest is then about to send more.  It stops polling at once when other
- * work waits on its worker (its ring's completions among it), when the
- * scheduler wants the CPU or a signal is pending.  The CPU it spins is the
+ * TIMEOUT, at most VHOST_BLK_MAX_BUSYLOOP_TIMEOUT; the module parameter of
+ * that name gives rings their first value) the handler, once the ring is
+ * empty, keeps guest notifications off and watches the avail ring for up to
+ * that many microseconds before it sleeps, and complete_work runs the
+ * handler again after returning requests, as the guest is then about to
+ * send more.  It stops polling at once when other work waits on its worker
+ * (its ring's completions among it), when the scheduler wants the CPU, a
+ * signal is pending or a quiesce wants the ring.  The CPU it spins is the
  * owner's: the worker runs in the owner's cgroups.
  *
  * Quiescing.  VHOST_BLK_SET_BACKEND pauses the rings (no new request is
@@ -45,13 +46,25 @@
  * returned to the guest, swaps the file and resumes them: no request
  * outlives the file it was submitted to.  The same quiesce runs
  * before anything that would make a request in flight wrong: a new memory
- * table or an IOTLB invalidation (its guest addresses were translated at
- * submission), LOG_ALL switched on or off (it was submitted with or without
- * dirty logging), ACCESS_PLATFORM switched.  Paused rings stay attached, so
- * resuming translates nothing again.  The wait drops dev.mutex: completions
- * may need an IOTLB update (the used ring missed) and applying it takes the
- * mutex.  Waits on ioctl paths are killable; the release path waits for
- * good and drops completions whose IOTLB miss no one will answer.
+ * table (its guest addresses were translated at submission), LOG_ALL
+ * switched on or off (it was submitted with or without dirty logging),
+ * ACCESS_PLATFORM switched.  Paused rings stay attached, so resuming
+ * translates nothing again.  The wait drops dev.mutex: completions may need
+ * an IOTLB update (the used ring missed) and applying it takes the mutex.
+ * But the VMM thread waiting in the ioctl may be the one that answers
+ * misses, so a paused ring drops a completion whose used ring misses
+ * instead of waiting for the answer, as the release path does.  An IOTLB
+ * invalidation does not quiesce at all (see vhost_blk_iotlb_msg()).  Waits
+ * on ioctl paths are killable; the release path waits for good.  No
+ * handler waits for long holding its ring: a write to a frozen filesystem
+ * goes back on the ring and is tried again every VHOST_BLK_FROZEN_RETRY.
+ *
+ * Ring lifecycle.  A ring starts (is attached to the backend) once it is
+ * set up, has a kick and the device a backend.  Detaching the backend or
+ * resetting the owner disarms every ring: it starts again only once the VMM
+ * has set it up again, so a ring a guest no longer uses is never served
+ * from stale addresses.  Only the owner starts rings, on every path
+ * (ioctls, feature changes, IOTLB updates, the end of a quiesce).
  *
  * Bounds.  A ring has at most one request in flight per slot, that is
  * min(vq.num, VHOST_BLK_MAX_SLOTS), however often a guest publishes heads;
@@ -68,11 +81,15 @@
  * The backend.  Only files with iter I/O in each direction they are open for,
  * O_DIRECT only where the file supports it, and never O_APPEND (a guest
  * write would land at the end of the file).  Reads and writes go through
- * vfs_iocb_iter_read/write (rw_verify_area, fsnotify) and writes to regular
- * files take freeze protection: a write to a frozen filesystem waits for the
- * thaw.  DISCARD discards (block devices: REQ_OP_DISCARD; files: punch a
- * hole) and never writes data; WRITE_ZEROES zeroes.  Both are bounded by
- * the maximums in the uapi header, which the VMM advertises to the guest.
+ * vfs_iocb_iter_read/write (rw_verify_area, fsnotify), or as bios with the
+ * same permission hook and page cache rules (vhost_blk_bio_rw()); writes
+ * to regular files take freeze protection without waiting: a write to a
+ * frozen filesystem stays on its ring until the thaw.  DISCARD discards
+ * (block devices: REQ_OP_DISCARD, after dropping the range's cached pages
+ * as BLKDISCARD does, never under a filesystem that holds the device;
+ * files: punch a hole) and never writes data; WRITE_ZEROES zeroes.  Both
+ * are bounded by the maximums in the uapi header, which the VMM advertises
+ * to the guest.
  *
  * Errors.  A request vhost-blk can parse but not serve (bad type, bad
  * length, out of range, I/O error, short I/O, read-only backend) completes
@@ -88,12 +105,15 @@
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/llist.h>
+#include <linux/ioprio.h>
 #include <linux/miscdevice.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/pagemap.h>
 #include <linux/rcupdate.h>
 #include <linux/sched/clock.h>
 #include <linux/sched/signal.h>
+#include <linux/security.h>
 #include <linux/slab.h>
 #include <linux/spinlock.h>
 #include <linux/uio.h>
@@ -101,6 +121,7 @@
 #include <linux/vhost_blk.h>
 #include <linux/virtio_blk.h>
 #include <linux/wait.h>
+#include <linux/workqueue.h>
 
 #include "vhost.h"
 
@@ -117,7 +138,7 @@ MODULE_PARM_DESC(bio_submit,
 static unsigned int busyloop_timeout;
 module_param(busyloop_timeout, uint, 0644);
 MODULE_PARM_DESC(busyloop_timeout,
-		 "Microseconds a ring's worker busy-polls for new requests before it sleeps, the value rings of new and reset devices start with; VHOST_SET_VRING_BUSYLOOP_TIMEOUT sets it per ring (default: 0, no polling)");
+		 "Microseconds a ring's worker busy-polls for new requests before it sleeps, the value rings of new and reset devices start with, at most VHOST_BLK_MAX_BUSYLOOP_TIMEOUT (10000); VHOST_SET_VRING_BUSYLOOP_TIMEOUT sets it per ring (default: 0, no polling)");
 
 #define VHOST_BLK_SECTOR_SHIFT	9
 #define VHOST_BLK_SECTOR_SIZE	BIT(VHOST_BLK_SECTOR_SHIFT)
@@ -134,6 +155,8 @@ MODULE_PARM_DESC(busyloop_timeout,
  * maybe split at memory-region or IOTLB boundaries) allocate theirs.
  */
 #define VHOST_BLK_INLINE_IOVS	8
+/* How often a ring whose filesystem is frozen looks for the thaw. */
+#define VHOST_BLK_FROZEN_RETRY	msecs_to_jiffies(10)
 
 enum {
 	VHOST_BLK_FEATURES = VHOST_FEATURES |
@@ -160,6 +183,19 @@ struct vhost_blk_vq {
 	bool user_bound;
 	/* The worker_pool policy was applied.  Under dev.mutex. */
 	bool policy_applied;
+	/*
+	 * The VMM set this ring up (its size, base, addresses or kick) since
+	 * the backend was last detached or the owner reset.  Only such a ring
+	 * is started: a guest that came back with fewer queues leaves the
+	 * others pointing at memory that is no longer theirs.  Under dev.mutex.
+	 */
+	bool armed;
+	/*
+	 * Kicks the ring again while the backing file's filesystem is frozen:
+	 * the handler never waits for a thaw, it puts the request back and
+	 * tries again later.  Cancelled before the ring's worker may go.
+	 */
+	struct delayed_work frozen_work;
 	/*
 	 * The rest under vq.mutex.  paused: the handler takes no request (a
 	 * quiesce is draining the device).  inflight: requests taken off this
@@ -237,7 +273,13 @@ struct vhost_blk_req {
 	struct vhost_log *log;		/* dirty log entries, LOG_ALL only */
 	unsigned int log_num;
 	unsigned int out, in;
-	struct bio *bio;		/* the bio path's, released on return */
+	/*
+	 * A write that went to a block device as a bio: the page cache of
+	 * [pos, pos + len) of file is invalidated before it is returned.
+	 */
+	bool invalidate;
+	struct file *file;
+	loff_t pos;
 	struct iovec *iov;		/* the chain, out then in */
 	struct iovec inline_iov[VHOST_BLK_INLINE_IOVS];
 };
@@ -279,7 +321,7 @@ static struct vhost_blk_req *vhost_blk_req_get(struct vhost_blk_vq *bvq,
 	}
 	bvq->free = req->next_free;
 	WRITE_ONCE(bvq->inflight, bvq->inflight + 1);
-	req->bio = NULL;
+	req->invalidate = false;
 	req->data_written = 0;
 	req->is_read = false;
 	return req;
@@ -294,11 +336,6 @@ static void vhost_blk_req_put(struct vhost_blk_req *req)
 {
 	struct vhost_blk_vq *bvq = req->bvq;
 
-	if (req->bio) {
-		/* Pages a read filled are dirty.  May sleep: not in end_io. */
-		bio_release_pages(req->bio, req->is_read);
-		bio_put(req->bio);
-	}
 	if (unlikely(req->iov != req->inline_iov))
 		kfree(req->iov);
 	kfree(req->log);
@@ -407,6 +444,21 @@ static void vhost_blk_log(struct vhost_virtqueue *vq, struct vhost_log *log,
 	vhost_log_write(vq, &status_log, 1, 1, &status_iov, 1);
 }
 
+/*
+ * A write that went to a block device as a bio left whatever a buffered
+ * reader cached of its range meanwhile stale: drop it, as a direct write
+ * through the VFS does.  Pages that cannot be dropped (mapped, dirty) stay,
+ * as there.  On the ring's worker.
+ */
+static void vhost_blk_invalidate(struct vhost_blk_req *req)
+{
+	struct address_space *mapping = req->file->f_mapping;
+
+	if (READ_ONCE(mapping->nrpages))
+		invalidate_inode_pages2_range(mapping, req->pos >> PAGE_SHIFT,
+					      (req->pos + req->len - 1) >> PAGE_SHIFT);
+}
+
 static void vhost_blk_complete_work(struct vhost_work *work)
 {
 	struct vhost_blk_vq *bvq = container_of(work, struct vhost_blk_vq,
@@ -430,15 +482,23 @@ static void vhost_blk_complete_work(struct vhost_work *work)
 	 * The used ring may be unreachable through the device IOTLB: the miss
 	 * went to the VMM, and the update that answers it queues the kick
 	 * handler, which queues us again.  Keep the requests until then,
-	 * unless the device is being released and no one will answer.
+	 * unless no one may answer: the device is being released, or the
+	 * rings are paused, that is a VMM thread waits for these requests in
+	 * an ioctl, and that thread may well be the one that answers misses
+	 * (QEMU answers them from its main loop, which is where it stops and
+	 * resets devices).  Waiting for it would hang the VMM: the requests
+	 * are dropped instead, never returned to the guest.
 	 */
 	if (unlikely(!vq_meta_prefetch(vq))) {
-		if (!READ_ONCE(blk->dying)) {
+		if (!READ_ONCE(blk->dying) && !bvq->paused) {
 			llist_for_each_entry_safe(req, tmp, node, node)
 				llist_add(&req->node, &bvq->completed);
 			mutex_unlock(&vq->mutex);
 			return;
 		}
+		if (!READ_ONCE(blk->dying))
+			pr_warn_ratelimited("vhost-blk: ring %td stopped with its used ring unmapped: requests dropped\n",
+					    bvq - blk->vqs);
 		drop = true;
 	}
 	node = llist_reverse_order(node);
@@ -446,6 +506,9 @@ static void vhost_blk_complete_work(struct vhost_work *work)
 		/* The used length is 32 bits; the log gets the whole count. */
 		u32 used_len = min_t(u64, req->data_written + 1, U32_MAX);
 
+		/* Before the guest may read the range again through us. */
+		if (unlikely(req->invalidate))
+			vhost_blk_invalidate(req);
 		if (unlikely(drop)) {
 			vhost_blk_req_put(req);
 			continue;
@@ -539,8 +602,34 @@ static int vhost_blk_write_zeroes(struct file *file, loff_t pos, u64 len,
 }
 
 /*
+ * Drop the page cache of [start, end] (inclusive) of the block device
+ * behind @file before a discard, as BLKDISCARD does.  Truncating it is only
+ * safe when no one else holds the device exclusively: a mounted filesystem
+ * or a dm/md device has buffer heads on those pages that it still uses.
+ * So claim the device for the truncation (an exclusive open of ours already
+ * is a claim), and when someone else holds it only invalidate, which leaves
+ * pages in use alone and then fails.  Under the mapping's invalidate lock.
+ */
+static int vhost_blk_drop_bdev_cache(struct file *file,
+				     struct block_device *bdev,
+				     loff_t start, loff_t end)
+{
+	struct address_space *mapping = file->f_mapping;
+	bool claim = !(file->f_mode & FMODE_EXCL);
+
+	if (claim && bd_prepare_to_claim(bdev, vhost_blk_drop_bdev_cache))
+		return invalidate_inode_pages2_range(mapping, start >> PAGE_SHIFT,
+						     end >> PAGE_SHIFT);
+	truncate_inode_pages_range(mapping, start, end);
+	if (claim)
+		bd_abort_claiming(bdev, vhost_blk_drop_bdev_cache);
+	return 0;
+}
+
+/*
  * DISCARD: a hint that [pos, pos + len) is unused.  Never writes data: a
- * block device gets REQ_OP_DISCARD (nothing when it cannot discard), a file
+ * block device gets REQ_OP_DISCARD (nothing when it cannot discard, or when
+ * its cached pages of the range are in use by someone holding it), a file
  * gets a hole punched (nothing when the filesystem cannot punch holes).
  */
 static int vhost_blk_discard(struct file *file, loff_t pos, u64 len)
@@ -567,13 +656,17 @@ static int vhost_blk_discard(struct file *file, loff_t pos, u64 len)
 	/*
 	 * Cached pages of the range go first, as for BLKDISCARD: otherwise
 	 * reads would see them and writeback would bring them back.  Data the
-	 * guest wrote to the range may be dropped: a discard allows it.
+	 * guest wrote to the range may be dropped: a discard allows it.  When
+	 * they cannot go, the hint is not taken.
 	 */
 	filemap_invalidate_lock(mapping);
-	truncate_inode_pages_range(mapping, start, end - 1);
-	r = blkdev_issue_discard(bdev, start >> VHOST_BLK_SECTOR_SHIFT,
-				 (end - start) >> VHOST_BLK_SECTOR_SHIFT,
-				 GFP_KERNEL);
+	r = vhost_blk_drop_bdev_cache(file, bdev, start, end - 1);
+	if (!r)
+		r = blkdev_issue_discard(bdev, start >> VHOST_BLK_SECTOR_SHIFT,
+					 (end - start) >> VHOST_BLK_SECTOR_SHIFT,
+					 GFP_KERNEL);
+	else
+		r = 0;
 	filemap_invalidate_unlock(mapping);
 	return r == -EOPNOTSUPP ? 0 : r;
 }
@@ -631,61 +724,92 @@ static u8 vhost_blk_discard_zeroes(struct file *file, struct iov_iter *from,
 	return VIRTIO_BLK_S_OK;
 }
 
+/*
+ * The bio is freed here, not when the request is returned: it comes from
+ * fs_bio_set's mempool, which the ring's worker allocates from, and an
+ * element only the worker could give back would leave it waiting for
+ * itself once the pool is empty.  The pages a read filled were dirtied
+ * before it was submitted; bio_check_pages_dirty() dirties again (from a
+ * workqueue, as that may sleep) any that were cleaned meanwhile, and
+ * releases them and the bio.
+ */
 static void vhost_blk_bio_end_io(struct bio *bio)
 {
 	struct vhost_blk_req *req = bio->bi_private;
+	u8 status = bio->bi_status ? VIRTIO_BLK_S_IOERR : VIRTIO_BLK_S_OK;
 
-	if (bio->bi_status) {
-		vhost_blk_req_done(req, VIRTIO_BLK_S_IOERR);
-		return;
+	if (req->is_read) {
+		bio_check_pages_dirty(bio);
+	} else {
+		bio_release_pages(bio, false);
+		bio_put(bio);
 	}
-	if (req->is_read)
+	if (req->is_read && status == VIRTIO_BLK_S_OK)
 		req->data_written = req->len;
-	vhost_blk_req_done(req, VIRTIO_BLK_S_OK);
+	vhost_blk_req_done(req, status);
 }
 
 /*
  * The bio path: a read or a write of a block device opened O_DIRECT that
  * fits in one bio goes to the device as that bio, pinning the guest's
- * pages, which the ring's worker releases when it returns the request.
- * What blkdev_direct_IO() would do, without the VFS layers above it; like
- * the async kiocb path, no fsnotify event (the VFS sends none for queued
- * I/O either).  False when the request must take the kiocb path: not
- * aligned to the logical block (that path fails it as it should), larger
- * than a bio, a write the device must refuse, or a device with pages in
- * the page cache.
+ * pages.  What the kiocb path (blkdev_direct_IO() under the VFS) does, with
+ * the same checks and the same page cache rules, without its layers:
+ * the LSM and fsnotify permission hook of rw_verify_area() (the position
+ * was checked against the capacity), cached pages of the range written
+ * back first and, for a write, dropped before and again after it (see
+ * vhost_blk_invalidate()).  Like the async kiocb path, no fsnotify event:
+ * the VFS sends none for queued I/O either.  False when the request must
+ * take the kiocb path: not aligned to the logical block (that path fails it
+ * as it should), larger than a bio, a write the device must refuse, a hook
+ * that refuses it, cached pages that cannot be written back or dropped.
  */
 static bool vhost_blk_bio_rw(struct vhost_blk_req *req, struct file *file,
 			     struct iov_iter *iter, loff_t pos)
 {
-	struct block_device *bdev = I_BDEV(file->f_mapping->host);
+	struct address_space *mapping = file->f_mapping;
+	struct block_device *bdev = I_BDEV(mapping->host);
 	unsigned int mask = bdev_logical_block_size(bdev) - 1;
+	loff_t end = pos + iov_iter_count(iter) - 1;
 	blk_opf_t opf = REQ_OP_READ;
 	struct bio *bio;
 	int nr_pages;
 
-	if (((u64)pos | iov_iter_count(iter)) & mask ||
+	if (!iov_iter_count(iter) ||
+	    ((u64)pos | iov_iter_count(iter)) & mask ||
 	    !bdev_iter_is_aligned(bdev, iter))
-		return false;
-	/*
-	 * The device has cached pages (someone read or wrote it through the
-	 * page cache, maybe the VMM with another backend fd): the kiocb path
-	 * writes them back and invalidates them around the transfer, so that
-	 * neither side reads stale data.
-	 */
-	if (READ_ONCE(file->f_mapping->nrpages))
 		return false;
 	if (!req->is_read) {
 		if (bdev_read_only(bdev) || IS_SWAPFILE(bdev->bd_inode))
 			return false;
 		opf = REQ_OP_WRITE | REQ_SYNC | REQ_IDLE;
 	}
+	if (security_file_permission(file, req->is_read ? MAY_READ : MAY_WRITE))
+		return false;
 	nr_pages = iov_iter_npages(iter, BIO_MAX_VECS + 1);
 	if (nr_pages > BIO_MAX_VECS)
 		return false;
-	/* From a mempool, with direct reclaim allowed: never fails. */
+	/*
+	 * Someone read or wrote the device through the page cache (udev,
+	 * blkid, another fd of the VMM): dirty pages of the range reach the
+	 * device before we read it, and a write drops the cached ones.
+	 */
+	if (READ_ONCE(mapping->nrpages)) {
+		if (filemap_write_and_wait_range(mapping, pos, end))
+			return false;
+		if (!req->is_read &&
+		    invalidate_inode_pages2_range(mapping, pos >> PAGE_SHIFT,
+						  end >> PAGE_SHIFT))
+			return false;
+	}
+	/*
+	 * From fs_bio_set's mempool, with direct reclaim allowed: never fails.
+	 * Its elements come back from end_io, never from this worker, so the
+	 * wait for one always ends.
+	 */
 	bio = bio_alloc(bdev, nr_pages, opf, GFP_KERNEL);
 	bio->bi_iter.bi_sector = pos >> SECTOR_SHIFT;
+	/* As the kiocb path, whose kiocb carries the submitter's. */
+	bio->bi_ioprio = get_current_ioprio();
 	bio->bi_end_io = vhost_blk_bio_end_io;
 	bio->bi_private = req;
 	if (bio_iov_iter_get_pages(bio, iter) || iov_iter_count(iter)) {
@@ -695,7 +819,12 @@ static bool vhost_blk_bio_rw(struct vhost_blk_req *req, struct file *file,
 		bio_put(bio);
 		return false;
 	}
-	req->bio = bio;
+	if (req->is_read)
+		bio_set_pages_dirty(bio);
+	else
+		req->invalidate = true;
+	req->file = file;
+	req->pos = pos;
 	submit_bio(bio);
 	return true;
 }
@@ -718,19 +847,22 @@ static void vhost_blk_rw(struct vhost_blk_req *req, struct file *file,
 		req->iocb.ki_complete = vhost_blk_rw_complete;
 	if (req->is_read) {
 		ret = vfs_iocb_iter_read(file, &req->iocb, iter);
-	} else if (req->iocb.ki_flags & IOCB_APPEND) {
-		/* O_APPEND set with fcntl() after SET_BACKEND. */
-		ret = -EINVAL;
 	} else {
 		/*
-		 * Freeze protection: waits while the filesystem is frozen.
-		 * The completion, maybe in another context, drops it.
+		 * vhost_blk_submit() took freeze protection; the completion,
+		 * maybe in another context, drops it (kiocb_end_write()).
+		 * Tell lockdep it is no longer ours, as kiocb_start_write().
 		 */
 		if (S_ISREG(file_inode(file)->i_mode)) {
-			kiocb_start_write(&req->iocb);
+			__sb_writers_release(file_inode(file)->i_sb,
+					     SB_FREEZE_WRITE);
 			req->iocb.ki_flags |= IOCB_WRITE;
 		}
-		ret = vfs_iocb_iter_write(file, &req->iocb, iter);
+		if (req->iocb.ki_flags & IOCB_APPEND)
+			/* O_APPEND set with fcntl() after SET_BACKEND. */
+			ret = -EINVAL;
+		else
+			ret = vfs_iocb_iter_write(file, &req->iocb, iter);
 	}
 	if (ret != -EIOCBQUEUED)
 		vhost_blk_rw_complete(&req->iocb, ret);
@@ -762,8 +894,31 @@ static void vhost_blk_fail_now(struct vhost_virtqueue *vq, int head,
 	vhost_add_used_and_signal(vq->dev, vq, head, 1);
 }
 
-/* Take one request off the ring; its completion returns it to the guest. */
-static void vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
+/*
+ * Freeze protection for a request that writes to a regular file, without
+ * waiting: false while its filesystem is frozen.  Block devices need none.
+ */
+static bool vhost_blk_write_trylock(struct file *file)
+{
+	struct inode *inode = file_inode(file);
+
+	return !S_ISREG(inode->i_mode) || sb_start_write_trylock(inode->i_sb);
+}
+
+static void vhost_blk_write_unlock(struct file *file)
+{
+	struct inode *inode = file_inode(file);
+
+	if (S_ISREG(inode->i_mode))
+		sb_end_write(inode->i_sb);
+}
+
+/*
+ * Take one request off the ring; its completion returns it to the guest.
+ * False when the request writes to a frozen filesystem: it is put back on
+ * the ring, for later.
+ */
+static bool vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 			     int head, unsigned int out, unsigned int in,
 			     unsigned int log_num)
 {
@@ -785,7 +940,7 @@ static void vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 		/* Nowhere to report anything: give the buffer back, empty. */
 		vq_err(vq, "vhost-blk: request %d has no status byte\n", head);
 		vhost_add_used_and_signal(&blk->dev, vq, head, 0);
-		return;
+		return true;
 	}
 	/*
 	 * seg_max counts data descriptors (header and status are one each at
@@ -794,13 +949,13 @@ static void vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 	 */
 	if (vq->ndescs > VHOST_BLK_SEG_MAX + 2) {
 		vhost_blk_fail_now(vq, head, out, in, log_num, status_ptr);
-		return;
+		return true;
 	}
 
 	req = vhost_blk_req_get(bvq, out + in, log_num);
 	if (!req) {
 		vhost_blk_fail_now(vq, head, out, in, log_num, status_ptr);
-		return;
+		return true;
 	}
 	req->head = head;
 	req->out = out;
@@ -824,14 +979,16 @@ static void vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 			goto err;
 		req->is_read = true;
 		vhost_blk_rw(req, file, &to, sector << VHOST_BLK_SECTOR_SHIFT);
-		return;
+		return true;
 	case VIRTIO_BLK_T_OUT:
 		if (iov_iter_count(&to) || !(file->f_mode & FMODE_WRITE) ||
 		    (file->f_flags & O_APPEND) ||
 		    !vhost_blk_range_ok(file, sector, iov_iter_count(&from)))
 			goto err;
+		if (!vhost_blk_write_trylock(file))
+			goto frozen;
 		vhost_blk_rw(req, file, &from, sector << VHOST_BLK_SECTOR_SHIFT);
-		return;
+		return true;
 	case VIRTIO_BLK_T_FLUSH:
 		status = vfs_fsync(file, 0) ? VIRTIO_BLK_S_IOERR : VIRTIO_BLK_S_OK;
 		break;
@@ -849,6 +1006,15 @@ static void vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 	case VIRTIO_BLK_T_WRITE_ZEROES:
 		if (!(file->f_mode & FMODE_WRITE) || (file->f_flags & O_APPEND))
 			goto err;
+		/*
+		 * vfs_fallocate() and kernel_write() take freeze protection
+		 * themselves, and taking it twice could deadlock with a
+		 * freeze that starts in between: only look.  A freeze that
+		 * starts right after this is waited for.
+		 */
+		if (!vhost_blk_write_trylock(file))
+			goto frozen;
+		vhost_blk_write_unlock(file);
 		status = vhost_blk_discard_zeroes(file, &from,
 						  type == VIRTIO_BLK_T_DISCARD);
 		break;
@@ -857,17 +1023,22 @@ static void vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 		break;
 	}
 	vhost_blk_req_done(req, status);
-	return;
+	return true;
 err:
 	vhost_blk_req_done(req, VIRTIO_BLK_S_IOERR);
+	return true;
+frozen:
+	vhost_blk_req_put(req);
+	vhost_discard_vq_desc(vq, 1);
+	return false;
 }
 
 /*
  * Busy-poll an empty ring for up to its busyloop_timeout (microseconds),
  * with guest notifications still disabled: true when a request came.
  * Gives up at once when other work waits on the ring's worker (this ring's
- * completions among it), when the scheduler wants the CPU or a signal is
- * pending.  Under vq.mutex.
+ * completions among it), when the scheduler wants the CPU, a signal is
+ * pending or a quiesce wants the ring.  Under vq.mutex.
  */
 static bool vhost_blk_busy_poll(struct vhost_blk_vq *bvq)
 {
@@ -875,7 +1046,8 @@ static bool vhost_blk_busy_poll(struct vhost_blk_vq *bvq)
 	u64 end = local_clock() + (u64)vq->busyloop_timeout * NSEC_PER_USEC;
 
 	while (!need_resched() && !signal_pending(current) &&
-	       !vhost_vq_has_work(vq) && llist_empty(&bvq->completed)) {
+	       !vhost_vq_has_work(vq) && llist_empty(&bvq->completed) &&
+	       !READ_ONCE(vhost_blk_of(vq)->quiesced)) {
 		if (!vhost_vq_avail_empty(vq->dev, vq))
 			return true;
 		if (local_clock() > end)
@@ -883,6 +1055,14 @@ static bool vhost_blk_busy_poll(struct vhost_blk_vq *bvq)
 		cpu_relax();
 	}
 	return false;
+}
+
+static void vhost_blk_frozen_retry(struct work_struct *work)
+{
+	struct vhost_blk_vq *bvq = container_of(to_delayed_work(work),
+						struct vhost_blk_vq, frozen_work);
+
+	vhost_poll_queue(&bvq->vq.poll);
 }
 
 static void vhost_blk_handle_kick(struct vhost_work *work)
@@ -944,7 +1124,17 @@ static void vhost_blk_handle_kick(struct vhost_work *work)
 			}
 			break;
 		}
-		vhost_blk_submit(bvq, file, head, out, in, log ? log_num : 0);
+		if (unlikely(!vhost_blk_submit(bvq, file, head, out, in,
+					       log ? log_num : 0))) {
+			/*
+			 * Frozen filesystem: never wait for the thaw holding
+			 * the ring (a VMM ioctl may be waiting for it); look
+			 * again in a while.
+			 */
+			schedule_delayed_work(&bvq->frozen_work,
+					      VHOST_BLK_FROZEN_RETRY);
+			break;
+		}
 		if (vhost_exceeds_weight(vq, ++reqs, 0))
 			break;
 	}
@@ -992,8 +1182,9 @@ static void vhost_blk_apply_worker_policy(struct vhost_blk *blk, int idx)
 }
 
 /*
- * Attach ring @i to the backend if it is set up, has a kick and is not
- * attached yet, and the device has a backend.  Under dev.mutex.
+ * Attach ring @i to the backend if it is set up (since the last detach),
+ * has a kick and is not attached yet, and the device has a backend.
+ * Under dev.mutex.
  */
 static void vhost_blk_start_ring(struct vhost_blk *blk, int i)
 {
@@ -1002,7 +1193,8 @@ static void vhost_blk_start_ring(struct vhost_blk *blk, int i)
 	bool start = false;
 
 	mutex_lock(&vq->mutex);
-	if (!vhost_vq_get_backend(vq) && vq->kick && vhost_vq_is_setup(vq)) {
+	if (!vhost_vq_get_backend(vq) && bvq->armed && vq->kick &&
+	    vhost_vq_is_setup(vq)) {
 		if (vhost_blk_alloc_slots(bvq)) {
 			vq_err(vq, "vhost-blk: no memory for ring %d\n", i);
 			goto out_unlock;
@@ -1026,13 +1218,15 @@ out_unlock:
 
 /*
  * Attach every ring that can start.  Called under dev.mutex after anything
- * that may complete a ring's setup or end a quiesce.
+ * that may complete a ring's setup or end a quiesce.  Only for the owner:
+ * starting a ring touches its memory in the caller's mm and may create a
+ * worker charged to the caller.
  */
 static void vhost_blk_start_rings(struct vhost_blk *blk)
 {
 	int i;
 
-	if (!blk->backend || blk->quiesced)
+	if (!blk->backend || blk->quiesced || vhost_dev_check_owner(&blk->dev))
 		return;
 	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++)
 		vhost_blk_start_ring(blk, i);
@@ -1045,27 +1239,20 @@ static void vhost_blk_start_rings(struct vhost_blk *blk)
  * Rings stay attached: nothing has to be translated again to restart them.
  * Under dev.mutex.
  */
-static void vhost_blk_pause(struct vhost_blk *blk)
+
+/*
+ * End a quiesce for rings [0, @n): the others were never paused by it.
+ * The last quiesce to end lets the rings go again.
+ */
+static void vhost_blk_unpause(struct vhost_blk *blk, int n)
 {
 	int i;
 
-	blk->quiesced++;
-	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
-		struct vhost_virtqueue *vq = &blk->vqs[i].vq;
-
-		mutex_lock(&vq->mutex);
-		blk->vqs[i].paused = true;
-		mutex_unlock(&vq->mutex);
-	}
-}
-
-static void vhost_blk_resume(struct vhost_blk *blk)
-{
-	int i;
-
-	if (--blk->quiesced)
+	/* Busy-polling handlers read it: see vhost_blk_busy_poll(). */
+	WRITE_ONCE(blk->quiesced, blk->quiesced - 1);
+	if (blk->quiesced)
 		return;
-	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
+	for (i = 0; i < n; i++) {
 		struct vhost_virtqueue *vq = &blk->vqs[i].vq;
 		bool attached;
 
@@ -1080,14 +1267,41 @@ static void vhost_blk_resume(struct vhost_blk *blk)
 	vhost_blk_start_rings(blk);
 }
 
+static void vhost_blk_resume(struct vhost_blk *blk)
+{
+	vhost_blk_unpause(blk, VHOST_BLK_MAX_QUEUES);
+}
+
 /*
- * Wait until every request in flight has been returned to the guest, with
- * the rings paused.  Entered and left under dev.mutex, which is dropped
- * while waiting: completions may need an IOTLB update to reach the used
- * ring, and applying it takes dev.mutex.  blk->quiesced keeps the rings
- * paused meanwhile.  With @killable (ioctl paths) a fatal signal ends the
- * wait with -EINTR; the release path waits for good.
+ * Pause every ring.  A busy-polling handler lets go of its ring as soon as
+ * blk->quiesced is set; other handlers finish what they are doing.  With
+ * @killable (ioctl paths) a fatal signal ends the wait for a ring's mutex
+ * with -EINTR, and the rings paused so far are let go again.  Completions
+ * that wait for an IOTLB update are looked at again: a paused ring drops
+ * them (see vhost_blk_complete_work()).
  */
+static int vhost_blk_pause(struct vhost_blk *blk, bool killable)
+{
+	int i;
+
+	WRITE_ONCE(blk->quiesced, blk->quiesced + 1);
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
+		struct vhost_blk_vq *bvq = &blk->vqs[i];
+
+		if (!killable) {
+			mutex_lock(&bvq->vq.mutex);
+		} else if (mutex_lock_killable(&bvq->vq.mutex)) {
+			vhost_blk_unpause(blk, i);
+			return -EINTR;
+		}
+		bvq->paused = true;
+		if (!llist_empty(&bvq->completed))
+			vhost_vq_work_queue(&bvq->vq, &bvq->complete_work);
+		mutex_unlock(&bvq->vq.mutex);
+	}
+	return 0;
+}
+
 static bool vhost_blk_idle(struct vhost_blk *blk)
 {
 	int i;
@@ -1098,9 +1312,17 @@ static bool vhost_blk_idle(struct vhost_blk *blk)
 	return true;
 }
 
+/*
+ * Wait until every request in flight has been returned to the guest, with
+ * the rings paused.  Entered and left under dev.mutex, which is dropped
+ * while waiting: completions may need an IOTLB update to reach the used
+ * ring, and applying it takes dev.mutex.  blk->quiesced keeps the rings
+ * paused meanwhile.  With @killable (ioctl paths) a fatal signal ends the
+ * wait with -EINTR; the release path waits for good.
+ */
 static int vhost_blk_drain(struct vhost_blk *blk, bool killable)
 {
-	int ret = 0;
+	int i, ret = 0;
 
 	lockdep_assert_held(&blk->dev.mutex);
 	if (!vhost_blk_idle(blk)) {
@@ -1112,19 +1334,42 @@ static int vhost_blk_drain(struct vhost_blk *blk, bool killable)
 		else
 			wait_event(blk->drain_wq, vhost_blk_idle(blk));
 		mutex_lock(&blk->dev.mutex);
+		if (ret)
+			return -EINTR;
 	}
-	/* Completion work that returned the last requests has finished too. */
-	vhost_dev_flush(&blk->dev);
-	return ret ? -EINTR : 0;
+	/*
+	 * The completion work that returned the last request of a ring may
+	 * still be publishing it: it holds the ring's mutex until it is done.
+	 * Waiting for the mutex, not flushing the worker, keeps the wait
+	 * killable and clear of whatever else the worker does.
+	 */
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
+		struct mutex *m = &blk->vqs[i].vq.mutex;
+
+		if (!killable)
+			mutex_lock(m);
+		else if (mutex_lock_killable(m))
+			return -EINTR;
+		mutex_unlock(m);
+	}
+	return 0;
 }
 
-/* Pause and drain; on -EINTR the rings are resumed.  Under dev.mutex. */
+/*
+ * Pause and drain; on an error the rings are resumed.  -EINTR: a fatal
+ * signal.  -EPERM: the device changed hands (VHOST_RESET_OWNER) while
+ * dev.mutex was dropped.  Under dev.mutex, as the owner.
+ */
 static int vhost_blk_quiesce(struct vhost_blk *blk)
 {
 	int ret;
 
-	vhost_blk_pause(blk);
+	ret = vhost_blk_pause(blk, true);
+	if (ret)
+		return ret;
 	ret = vhost_blk_drain(blk, true);
+	if (!ret)
+		ret = vhost_dev_check_owner(&blk->dev);
 	if (ret)
 		vhost_blk_resume(blk);
 	return ret;
@@ -1192,6 +1437,9 @@ static void vhost_blk_swap_backend(struct vhost_blk *blk, struct file *file,
 		mutex_lock(&bvq->vq.mutex);
 		if (vhost_vq_get_backend(&bvq->vq))
 			vhost_vq_set_backend(&bvq->vq, file);
+		/* Detached rings start again only once set up again. */
+		if (!file)
+			bvq->armed = false;
 		old_cred = bvq->cred;
 		bvq->cred = creds ? creds[i] : NULL;
 		mutex_unlock(&bvq->vq.mutex);
@@ -1295,6 +1543,10 @@ static int vhost_blk_set_features(struct vhost_blk *blk, u64 features)
 		return -EOPNOTSUPP;
 
 	mutex_lock(&blk->dev.mutex);
+	/* Resuming the rings may start them: the owner's business. */
+	ret = vhost_dev_check_owner(&blk->dev);
+	if (ret)
+		goto out;
 	if ((features & (1ULL << VHOST_F_LOG_ALL)) &&
 	    !vhost_log_access_ok(&blk->dev)) {
 		ret = -EFAULT;
@@ -1351,7 +1603,8 @@ static void vhost_blk_reset_policy(struct vhost_blk *blk)
  */
 static void vhost_blk_reset_rings(struct vhost_blk *blk)
 {
-	unsigned int timeout = READ_ONCE(busyloop_timeout);
+	unsigned int timeout = min(READ_ONCE(busyloop_timeout),
+				   VHOST_BLK_MAX_BUSYLOOP_TIMEOUT);
 	int i;
 
 	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
@@ -1368,6 +1621,7 @@ static long vhost_blk_reset_owner(struct vhost_blk *blk)
 {
 	struct vhost_iotlb *umem;
 	long ret;
+	int i;
 
 	mutex_lock(&blk->dev.mutex);
 	ret = vhost_dev_check_owner(&blk->dev);
@@ -1383,6 +1637,9 @@ static long vhost_blk_reset_owner(struct vhost_blk *blk)
 		vhost_iotlb_free(umem);
 		goto out;
 	}
+	/* Paused rings schedule no more of it. */
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++)
+		cancel_delayed_work_sync(&blk->vqs[i].frozen_work);
 	vhost_dev_stop(&blk->dev);
 	vhost_dev_reset_owner(&blk->dev, umem);
 	vhost_blk_swap_backend(blk, NULL, NULL);
@@ -1414,30 +1671,60 @@ static long vhost_blk_set_mem_table(struct vhost_blk *blk, void __user *argp)
 }
 
 /*
- * IOTLB messages.  An invalidation revokes addresses that requests in flight
- * may have translated: pause the rings and wait for those requests first.
- * vhost_process_iotlb_msg() takes dev.mutex itself; blk->quiesced keeps the
- * rings paused until it is done.
+ * IOTLB messages, from the owner only: an update restarts rings that
+ * waited for it, in the owner's mm.
+ *
+ * An invalidation does not wait for the requests in flight.  Their
+ * buffers and status bytes were translated when they were submitted, and
+ * the guest unmapping them before it has seen them complete is a guest
+ * bug, as with any DMA.  Waiting would hang the VMM: a completion may
+ * need the used ring translated, and the VMM answers that miss, often from
+ * the very thread that sends invalidations (QEMU's main loop).
  */
 static int vhost_blk_iotlb_msg(struct vhost_dev *dev, u32 asid,
 			       struct vhost_iotlb_msg *msg)
 {
-	struct vhost_blk *blk = container_of(dev, struct vhost_blk, dev);
 	int ret;
 
-	if (msg->type != VHOST_IOTLB_INVALIDATE)
-		return vhost_process_iotlb_msg(dev, asid, msg);
+	mutex_lock(&dev->mutex);
+	ret = vhost_dev_check_owner(dev);
+	mutex_unlock(&dev->mutex);
+	return ret ? ret : vhost_process_iotlb_msg(dev, asid, msg);
+}
 
-	mutex_lock(&dev->mutex);
-	vhost_blk_pause(blk);
-	ret = vhost_blk_drain(blk, true);
-	mutex_unlock(&dev->mutex);
-	if (!ret)
-		ret = vhost_process_iotlb_msg(dev, asid, msg);
-	mutex_lock(&dev->mutex);
-	vhost_blk_resume(blk);
-	mutex_unlock(&dev->mutex);
-	return ret;
+/*
+ * Ring ioctls.  A ring is armed (may start) once the VMM sets it up; the
+ * busy-poll timeout is capped.  Under dev.mutex, as the owner.
+ */
+static long vhost_blk_vring_ioctl(struct vhost_blk *blk, unsigned int ioctl,
+				  void __user *argp)
+{
+	struct vhost_vring_state s;
+	long r;
+	u32 idx;
+
+	if (ioctl == VHOST_SET_VRING_BUSYLOOP_TIMEOUT) {
+		if (copy_from_user(&s, argp, sizeof(s)))
+			return -EFAULT;
+		if (s.num > VHOST_BLK_MAX_BUSYLOOP_TIMEOUT)
+			return -EINVAL;
+	}
+	r = vhost_vring_ioctl(&blk->dev, ioctl, argp);
+	if (r)
+		return r;
+	switch (ioctl) {
+	case VHOST_SET_VRING_NUM:
+	case VHOST_SET_VRING_BASE:
+	case VHOST_SET_VRING_ADDR:
+	case VHOST_SET_VRING_KICK:
+		/* Each of their arguments starts with the ring's index. */
+		if (!get_user(idx, (u32 __user *)argp) &&
+		    idx < VHOST_BLK_MAX_QUEUES)
+			blk->vqs[idx].armed = true;
+		break;
+	}
+	vhost_blk_start_rings(blk);
+	return 0;
 }
 
 static long vhost_blk_ioctl(struct file *f, unsigned int ioctl,
@@ -1492,9 +1779,7 @@ static long vhost_blk_ioctl(struct file *f, unsigned int ioctl,
 	}
 	r = vhost_dev_ioctl(&blk->dev, ioctl, argp);
 	if (r == -ENOIOCTLCMD) {
-		r = vhost_vring_ioctl(&blk->dev, ioctl, argp);
-		if (!r)
-			vhost_blk_start_rings(blk);
+		r = vhost_blk_vring_ioctl(blk, ioctl, argp);
 	} else {
 		vhost_dev_flush(&blk->dev);
 	}
@@ -1522,6 +1807,7 @@ static int vhost_blk_open(struct inode *inode, struct file *f)
 		blk->vqs[i].vq.handle_kick = vhost_blk_handle_kick;
 		init_llist_head(&blk->vqs[i].completed);
 		vhost_work_init(&blk->vqs[i].complete_work, vhost_blk_complete_work);
+		INIT_DELAYED_WORK(&blk->vqs[i].frozen_work, vhost_blk_frozen_retry);
 	}
 	init_waitqueue_head(&blk->drain_wq);
 	spin_lock_init(&blk->serial_lock);
@@ -1545,13 +1831,12 @@ static int vhost_blk_release(struct inode *inode, struct file *f)
 	 * one are dropped.  Run those that already wait, so they see it.
 	 */
 	WRITE_ONCE(blk->dying, true);
-	vhost_blk_pause(blk);
-	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++)
-		if (!llist_empty(&blk->vqs[i].completed))
-			vhost_vq_work_queue(&blk->vqs[i].vq,
-					    &blk->vqs[i].complete_work);
+	vhost_blk_pause(blk, false);
 	vhost_blk_drain(blk, false);
 	mutex_unlock(&blk->dev.mutex);
+	/* Paused rings schedule no more of it. */
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++)
+		cancel_delayed_work_sync(&blk->vqs[i].frozen_work);
 	vhost_dev_stop(&blk->dev);
 	/* Frees the workers after an RCU grace period; see req_done. */
 	vhost_dev_cleanup(&blk->dev);

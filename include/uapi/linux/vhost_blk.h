@@ -35,6 +35,12 @@
 #define VHOST_BLK_MAX_WRITE_ZEROES_SECTORS	0x10000U
 /* Bytes of the serial GET_ID returns (VIRTIO_BLK_ID_BYTES). */
 #define VHOST_BLK_SERIAL_LEN	20
+/*
+ * The largest VHOST_SET_VRING_BUSYLOOP_TIMEOUT a vhost-blk ring takes, in
+ * microseconds (10 ms); a larger one fails with -EINVAL.  Polling longer
+ * than a guest's round trip only burns the owner's CPU.
+ */
+#define VHOST_BLK_MAX_BUSYLOOP_TIMEOUT	10000U
 
 /**
  * struct vhost_blk_backend - VHOST_BLK_SET_BACKEND argument
@@ -66,6 +72,11 @@ struct vhost_blk_serial {
  * Set or replace the backing store; fd -1 detaches it.  In-flight requests
  * complete against the old backend before the call returns; requests the
  * guest queues meanwhile wait in their rings and are served by the new one.
+ * A request whose used ring the device IOTLB cannot translate then is
+ * dropped, not returned: the VMM is the one that would answer the miss.
+ * After a detach (and after VHOST_RESET_OWNER) a ring starts again only
+ * once the VMM has set it up again with VHOST_SET_VRING_NUM, _BASE, _ADDR
+ * or _KICK: rings of a guest that came back with fewer queues stay stopped.
  * -EBADF for a bad fd or one not open for reading, -EINVAL for an fd that is
  * neither a block device nor a regular file, that lacks iter I/O for a
  * direction it is open for, that is O_DIRECT without support or O_APPEND,

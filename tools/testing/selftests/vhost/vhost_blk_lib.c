@@ -134,6 +134,13 @@ int vmm_blk_set_backend(struct vmm_blk *b, int fd)
 	return ioctl(b->fd, VHOST_BLK_SET_BACKEND, &be) ? -errno : 0;
 }
 
+int vmm_blk_rearm(struct vmm_blk *b, unsigned int q)
+{
+	struct vhost_vring_file f = { .index = q, .fd = b->vq[q].kick };
+
+	return ioctl(b->fd, VHOST_SET_VRING_KICK, &f) ? -errno : 0;
+}
+
 static struct vmm_blk_slot *slot_get(struct vmm_blk *b, unsigned int q)
 {
 	return b->nfree[q] ? b->free[q][--b->nfree[q]] : NULL;

@@ -45,6 +45,11 @@ int vmm_blk_open_user(struct vmm_blk *b, const char *path, unsigned int nq,
 		      unsigned int qsize, uint64_t features, size_t mem_size);
 void vmm_blk_close(struct vmm_blk *b);
 int vmm_blk_set_backend(struct vmm_blk *b, int fd);
+/*
+ * Set ring @q up again (its kick, as before), as a VMM restarting a device
+ * does: after a detach (SET_BACKEND -1) vhost-blk starts only such rings.
+ */
+int vmm_blk_rearm(struct vmm_blk *b, unsigned int q);
 
 /*
  * Post one request on ring @q: header, @nseg data segments of @len bytes

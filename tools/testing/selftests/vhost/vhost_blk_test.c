@@ -555,6 +555,9 @@ VHOST_TEST_F(blk, detach_and_swap_backend_under_load, 300)
 		if (round & 1) {
 			ASSERT_EQ(0, vmm_blk_set_backend(&self->b, -1));
 			usleep(50 * 1000);
+			/* A detached ring starts again once set up again. */
+			for (q = 0; q < 4; q++)
+				ASSERT_EQ(0, vmm_blk_rearm(&self->b, q));
 			ASSERT_EQ(0, vmm_blk_set_backend(&self->b, self->backing));
 		} else {
 			fd2 = dup(self->backing);

@@ -738,6 +738,7 @@ VHOST_TEST_F(race, reset_owner, TEST_TIMEOUT)
 VHOST_TEST_F(race, set_backend_swap, TEST_TIMEOUT)
 {
 	int r = dev_open(self);
+	unsigned int q;
 
 	ASSERT_EQ(0, r) TH_LOG("device setup: %s", strerror(-r));
 	while (!self->iterations || time_left(self)) {
@@ -758,6 +759,9 @@ VHOST_TEST_F(race, set_backend_swap, TEST_TIMEOUT)
 			/* Detached: requests wait in the rings meanwhile. */
 			ASSERT_EQ(0, vmm_blk_set_backend(&self->b, -1));
 			rnd_delay(&self->rng, 3000);
+			/* A detached ring starts again once set up again. */
+			for (q = 0; q < self->b.nq; q++)
+				ASSERT_EQ(0, vmm_blk_rearm(&self->b, q));
 			ASSERT_EQ(0, vmm_blk_set_backend(&self->b, self->backing));
 		}
 		rnd_delay(&self->rng, 3000);
