@@ -1778,11 +1778,10 @@ static long vhost_blk_ioctl(struct file *f, unsigned int ioctl,
 		goto out;
 	}
 	r = vhost_dev_ioctl(&blk->dev, ioctl, argp);
-	if (r == -ENOIOCTLCMD) {
+	if (r == -ENOIOCTLCMD)
 		r = vhost_blk_vring_ioctl(blk, ioctl, argp);
-	} else {
+	else
 		vhost_dev_flush(&blk->dev);
-	}
 out:
 	mutex_unlock(&blk->dev.mutex);
 	return r;

@@ -39,6 +39,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/vfs.h>
@@ -146,6 +147,7 @@ struct ctx {
 	unsigned char *log;	/* dirty log, one bit per guest page */
 	size_t log_len;
 	/* slow null_blk */
+	const char *slow_nsec;	/* its completion time, SLOW_NSEC if NULL */
 	bool slow;
 	char slow_name[32];	/* its name in /dev and /sys/block */
 	/* ext4 on a loop device */
@@ -338,10 +340,10 @@ static int run_req(struct vmm_vq *vq, uint8_t *status, int timeout_ms)
  */
 static int slow_nullb_create(struct ctx *c)
 {
-	static const char * const attrs[][2] = {
+	const char * const attrs[][2] = {
 		{ "size", "64" }, { "memory_backed", "1" }, { "irqmode", "2" },
-		{ "completion_nsec", SLOW_NSEC }, { "blocksize", "512" },
-		{ "power", "1" },
+		{ "completion_nsec", c->slow_nsec ? c->slow_nsec : SLOW_NSEC },
+		{ "blocksize", "512" }, { "power", "1" },
 	};
 	char path[128], idx[16];
 	unsigned int i;
@@ -2159,6 +2161,84 @@ VHOST_TEST_F(hard, detach_never_waits_for_a_miss, 60)
 	pthread_join(th, NULL);
 	EXPECT_GT(1.0, took) TH_LOG("the detach took %.2f s", took);
 	EXPECT_EQ(0, res.answered) TH_LOG("the VMM would have hung: another thread answered");
+}
+
+/*
+ * 11. A fatal signal ends a wait for requests in flight: the owner, in
+ * VHOST_SET_MEM_TABLE while a READ takes 5 s at the device, dies at once
+ * when killed.  The test keeps a reference to the device (passed over a
+ * socket), so the owner's exit does not have to wait for the release.
+ */
+VHOST_TEST_F(hard, fatal_signal_ends_a_drain, 60)
+{
+	struct ctx *c = &self->c;
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+			     .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm;
+	int sv[2], devfd = -1, status, r;
+	double t0, took;
+	char byte = 0;
+	pid_t pid;
+
+	c->slow_nsec = "5000000000";
+	r = slow_nullb_create(c);
+	if (r)
+		SKIP(return, "no configfs null_blk: %s", strerror(-r));
+	ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		void *buf;
+
+		close(sv[0]);
+		if (blk_open(c, 1, 64, V1, 4 << 20) || vmm_blk_set_backend(&c->b, c->be))
+			_exit(1);
+		buf = vmm_alloc(&c->b.vmm, 4096, 4096);
+		if (!buf || vmm_blk_post(&c->b, 0, VIRTIO_BLK_T_IN, 0, buf, 4096, 1, false,
+					 NULL) < 0)
+			_exit(1);
+		vmm_vq_kick(&c->b.vq[0]);
+		if (slow_wait_in_flight(c))
+			_exit(1);
+		/* Hand the device over, then wait for the READ in an ioctl. */
+		iov = (struct iovec){ &byte, 1 };
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &c->b.fd, sizeof(int));
+		if (sendmsg(sv[1], &mh, 0) != 1)
+			_exit(1);
+		vmm_set_mem_table(&c->b.vmm, c->b.fd);
+		_exit(2);
+	}
+	close(sv[1]);
+	iov = (struct iovec){ &byte, 1 };
+	r = recvmsg(sv[0], &mh, 0);
+	close(sv[0]);
+	if (r == 1) {
+		cm = CMSG_FIRSTHDR(&mh);
+		if (cm && cm->cmsg_type == SCM_RIGHTS)
+			memcpy(&devfd, CMSG_DATA(cm), sizeof(int));
+	}
+	if (devfd < 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		ASSERT_LE(0, devfd) TH_LOG("the owner could not set up and hand over the device");
+	}
+	/* In the ioctl by now, waiting for the READ. */
+	usleep(500 * 1000);
+	t0 = now_s();
+	kill(pid, SIGKILL);
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	took = now_s() - t0;
+	EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+		TH_LOG("the owner was not in the ioctl when killed (status %#x)", status);
+	EXPECT_GT(2.0, took) TH_LOG("the killed owner took %.2f s to die", took);
+	/* The release waits for the READ, for good. */
+	close(devfd);
 }
 
 TEST_HARNESS_MAIN
