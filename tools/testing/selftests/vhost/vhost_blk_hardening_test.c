@@ -148,6 +148,7 @@ struct ctx {
 	size_t log_len;
 	/* slow null_blk */
 	const char *slow_nsec;	/* its completion time, SLOW_NSEC if NULL */
+	bool slow_big;		/* 8 GiB, no memory, no delay instead */
 	bool slow;
 	char slow_name[32];	/* its name in /dev and /sys/block */
 	/* ext4 on a loop device */
@@ -341,7 +342,9 @@ static int run_req(struct vmm_vq *vq, uint8_t *status, int timeout_ms)
 static int slow_nullb_create(struct ctx *c)
 {
 	const char * const attrs[][2] = {
-		{ "size", "64" }, { "memory_backed", "1" }, { "irqmode", "2" },
+		{ "size", c->slow_big ? "8192" : "64" },
+		{ "memory_backed", c->slow_big ? "0" : "1" },
+		{ "irqmode", c->slow_big ? "0" : "2" },
 		{ "completion_nsec", c->slow_nsec ? c->slow_nsec : SLOW_NSEC },
 		{ "blocksize", "512" }, { "power", "1" },
 	};
@@ -2239,6 +2242,64 @@ VHOST_TEST_F(hard, fatal_signal_ends_a_drain, 60)
 	EXPECT_GT(2.0, took) TH_LOG("the killed owner took %.2f s to die", took);
 	/* The release waits for the READ, for good. */
 	close(devfd);
+}
+
+/*
+ * 11. A request of more than 4 GiB: a WRITE of three 1.5 GiB descriptors
+ * (one guest buffer, never touched, so only the zero page backs it; a
+ * second memory region of the table) to an 8 GiB configfs null_blk that
+ * keeps no data.  It completes, all of it: no length is cut to 32 bits on
+ * the way.
+ */
+VHOST_TEST_F(hard, request_over_4_gib, 120)
+{
+	const size_t big_len = 3ULL << 29;	/* 1.5 GiB */
+	struct ctx *c = &self->c;
+	struct vhost_memory *mem;
+	struct vmm_seg data[3];
+	struct virtio_blk_outhdr *hdr;
+	uint8_t *status;
+	char *big;
+	int r, i, st;
+
+	c->slow_big = true;
+	c->slow_nsec = "0";
+	r = slow_nullb_create(c);
+	if (r)
+		SKIP(return, "no configfs null_blk: %s", strerror(-r));
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 1 << 20));
+	/* Above the first region, so that its guest address stays simple. */
+	big = mmap((char *)c->b.vmm.mem + (64ULL << 30), big_len, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	ASSERT_NE(MAP_FAILED, big);
+	ASSERT_LT((char *)c->b.vmm.mem, big) TH_LOG("the buffer landed below guest memory");
+	mem = calloc(1, sizeof(*mem) + 2 * sizeof(mem->regions[0]));
+	ASSERT_NE(NULL, mem);
+	mem->nregions = 2;
+	mem->regions[0].guest_phys_addr = c->b.vmm.gpa_base;
+	mem->regions[0].memory_size = c->b.vmm.size;
+	mem->regions[0].userspace_addr = (uintptr_t)c->b.vmm.mem;
+	mem->regions[1].guest_phys_addr = vmm_gpa(&c->b.vmm, big);
+	mem->regions[1].memory_size = big_len;
+	mem->regions[1].userspace_addr = (uintptr_t)big;
+	ASSERT_EQ(0, ioctl(c->b.fd, VHOST_SET_MEM_TABLE, mem)) TH_LOG("%s", strerror(errno));
+	free(mem);
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	hdr = vmm_alloc(&c->b.vmm, sizeof(*hdr), 16);
+	status = vmm_alloc(&c->b.vmm, 1, 1);
+	ASSERT_NE(NULL, status);
+	for (i = 0; i < 3; i++)
+		data[i] = (struct vmm_seg){ big, big_len, false };
+	ASSERT_LE(0, post_req(&c->b.vq[0], hdr, VIRTIO_BLK_T_OUT, 8, data, 3, status));
+	st = run_req(&c->b.vq[0], status, 100000);
+	EXPECT_EQ(VIRTIO_BLK_S_OK, st) TH_LOG("a 4.5 GiB WRITE: status %d", st);
+	/* A 4.5 GiB READ would need as much memory: past the end, it fails. */
+	for (i = 0; i < 3; i++)
+		data[i].write = true;
+	ASSERT_LE(0, post_req(&c->b.vq[0], hdr, VIRTIO_BLK_T_IN, (8ULL << 21) - 8, data, 3,
+			      status));
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, run_req(&c->b.vq[0], status, 10000));
+	munmap(big, big_len);
 }
 
 TEST_HARNESS_MAIN
