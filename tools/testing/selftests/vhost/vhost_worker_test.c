@@ -14,8 +14,14 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <grp.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <linux/virtio_net.h>
 
@@ -23,8 +29,10 @@
 #include "vhost_test.h"
 #include "vhost_vmm.h"
 #include "vhost_net_lib.h"
+#include "vhost_blk_lib.h"
 
 #define MAX_WORKERS_PARAM "/sys/module/vhost/parameters/max_workers"
+#define WORKER_POOL_PARAM "/sys/module/vhost_blk/parameters/worker_pool"
 
 static int new_worker(int fd, unsigned int *id)
 {
@@ -358,6 +366,322 @@ VHOST_TEST_F(dev, workers_join_owner_cgroup, 30)
 	ASSERT_LT(0, write(fd, line, strlen(line)));
 	close(fd);
 	EXPECT_EQ(0, rmdir(cg));
+}
+
+/*
+ * SET_VRING_WORKER is all or nothing: when the result cannot be copied back,
+ * the ring stays on its worker and a worker made for it is gone, so a
+ * caller that sees -EFAULT has nothing to undo, and a driver that marks the
+ * rings a VMM placed (vhost-blk) never misses one.
+ */
+VHOST_TEST_F(dev, set_vring_worker_efault_binds_nothing, 30)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	struct vhost_vring_worker *w;
+	unsigned int id = ~0U, a = 0;
+
+	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
+	w = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		 -1, 0);
+	ASSERT_NE(MAP_FAILED, w);
+	/* Readable, so the argument is read; not writable, so no answer. */
+	w->index = 1;
+	w->worker_id = VHOST_VRING_NEW_WORKER;
+	ASSERT_EQ(0, mprotect(w, page, PROT_READ));
+	EXPECT_EQ(-1, ioctl(self->fd, VHOST_SET_VRING_WORKER, w));
+	EXPECT_EQ(EFAULT, errno);
+	ASSERT_EQ(0, get_worker(self->fd, 1, &id));
+	EXPECT_EQ(0, id) TH_LOG("ring 1 was bound to a worker the caller never learnt");
+	EXPECT_EQ(1, vmm_owner_workers(getpid(), NULL, NULL, 8))
+		TH_LOG("a worker was left behind");
+
+	/* An existing worker: not bound either, and not freed. */
+	ASSERT_EQ(0, new_worker(self->fd, &a));
+	ASSERT_EQ(0, mprotect(w, page, PROT_READ | PROT_WRITE));
+	w->worker_id = a;
+	ASSERT_EQ(0, mprotect(w, page, PROT_READ));
+	EXPECT_EQ(-1, ioctl(self->fd, VHOST_SET_VRING_WORKER, w));
+	EXPECT_EQ(EFAULT, errno);
+	ASSERT_EQ(0, get_worker(self->fd, 1, &id));
+	EXPECT_EQ(0, id);
+	EXPECT_EQ(0, attach(self->fd, 1, a)) TH_LOG("worker %u is gone", a);
+	munmap(w, page);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Seconds that @n round trips of ring @ring between workers 0 and @a take. */
+static double rebind_time(int fd, unsigned int ring, unsigned int a, int n)
+{
+	double t = now_s();
+	int i;
+
+	for (i = 0; i < n; i++)
+		if (attach(fd, ring, a) || attach(fd, ring, 0))
+			return -1;
+	return now_s() - t;
+}
+
+/*
+ * Rebinding a ring that has neither a backend nor a kick needs no grace
+ * period and no flush (nothing can be queued for it): a VMM binds every ring
+ * before it starts it, and a grace period each made VM start slow.  A ring
+ * with a kick still gets both; it is the yardstick here, since the absolute
+ * cost of a grace period depends on the machine.
+ */
+VHOST_TEST_F(dev, rebinding_an_idle_ring_waits_for_nothing, 60)
+{
+	struct vhost_vring_file kick = { .index = 1 };
+	double idle, kicked;
+	unsigned int a = 0;
+
+	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
+	ASSERT_EQ(0, new_worker(self->fd, &a));
+	kick.fd = eventfd(0, EFD_CLOEXEC);
+	ASSERT_LE(0, kick.fd);
+	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_VRING_KICK, &kick));
+
+	idle = rebind_time(self->fd, 0, a, 20);
+	kicked = rebind_time(self->fd, 1, a, 20);
+	ASSERT_LE(0, idle);
+	ASSERT_LE(0, kicked);
+	TH_LOG("40 rebinds: idle ring %.1f ms, ring with a kick %.1f ms",
+	       idle * 1e3, kicked * 1e3);
+	EXPECT_TRUE(idle * 4 < kicked)
+		TH_LOG("rebinding an idle ring waits as long as a live one");
+	close(kick.fd);
+}
+
+struct owner_thread {
+	int fd;
+	pid_t tid;
+	int ret;
+};
+
+static void *set_owner_and_exit(void *arg)
+{
+	struct owner_thread *o = arg;
+
+	o->tid = syscall(SYS_gettid);
+	o->ret = ioctl(o->fd, VHOST_SET_OWNER, NULL) ? -errno : 0;
+	return NULL;
+}
+
+static int write_str(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY), r;
+
+	if (fd < 0)
+		return -errno;
+	r = write(fd, s, strlen(s)) < 0 ? -errno : 0;
+	close(fd);
+	return r;
+}
+
+static int read_line(const char *path, char *buf, int len)
+{
+	FILE *f = fopen(path, "r");
+	char *r;
+
+	if (!f)
+		return -1;
+	r = fgets(buf, len, f);
+	fclose(f);
+	return r ? 0 : -1;
+}
+
+/*
+ * A worker joins the cgroup of the thread that creates it, where the VMM is
+ * now: not the one the thread that called SET_OWNER was in when it exited.
+ */
+VHOST_TEST_F(dev, new_worker_joins_the_caller_cgroup_after_owner_thread_exits, 30)
+{
+	const char *cg = "/sys/fs/cgroup/vmq-worker-test2";
+	struct owner_thread o = { .fd = self->fd };
+	char path[320], line[256], me[32], orig[256];
+	pthread_t t;
+	unsigned int id = 0;
+	int tid;
+
+	if (access("/sys/fs/cgroup/cgroup.procs", F_OK))
+		SKIP(return, "cgroup2 not mounted at /sys/fs/cgroup");
+	if (access("/sys/fs/cgroup", W_OK))
+		SKIP(return, "cannot create a cgroup: %s (not root?)", strerror(errno));
+	ASSERT_EQ(0, read_line("/proc/self/cgroup", orig, sizeof(orig)));
+	ASSERT_EQ(0, strncmp(orig, "0::", 3));
+	ASSERT_EQ(0, pthread_create(&t, NULL, set_owner_and_exit, &o));
+	ASSERT_EQ(0, pthread_join(t, NULL));
+	ASSERT_EQ(0, o.ret);
+
+	rmdir(cg);
+	ASSERT_EQ(0, mkdir(cg, 0755));
+	snprintf(path, sizeof(path), "%s/cgroup.procs", cg);
+	snprintf(me, sizeof(me), "%d", getpid());
+	ASSERT_EQ(0, write_str(path, me));
+	ASSERT_EQ(0, new_worker(self->fd, &id));
+	tid = vmm_worker_tid(o.tid, id);
+	ASSERT_LT(0, tid);
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", tid);
+	ASSERT_EQ(0, read_line(path, line, sizeof(line)));
+	EXPECT_STREQ("0::/vmq-worker-test2\n", line);
+
+	close(self->fd);
+	self->fd = -1;
+	/* Back where the test started (it may be another cgroup than "/"). */
+	orig[strcspn(orig, "\n")] = 0;
+	snprintf(path, sizeof(path), "/sys/fs/cgroup%s/cgroup.procs", orig + 3);
+	ASSERT_EQ(0, write_str(path, me));
+	EXPECT_EQ(0, rmdir(cg));
+}
+
+#define NOBODY 65534
+
+/*
+ * Runs in a child: opens vhost-net as root, then becomes NOBODY (no other
+ * process of its) with RLIMIT_NPROC soft 1, hard 2.  Returns what failed,
+ * or NULL.
+ */
+static const char *nproc_default_worker(void)
+{
+	struct rlimit rl = { 1, 2 };
+	unsigned int id;
+	int fd, r;
+	pid_t pid;
+
+	fd = open("/dev/vhost-net", O_RDWR);
+	if (fd < 0)
+		return "open /dev/vhost-net";
+	if (setrlimit(RLIMIT_NPROC, &rl) || setgroups(0, NULL) ||
+	    setresgid(NOBODY, NOBODY, NOBODY) || setresuid(NOBODY, NOBODY, NOBODY))
+		return "dropping to nobody";
+	/* The process fills the limit: its default worker does not fit. */
+	r = ioctl(fd, VHOST_SET_OWNER, NULL) ? -errno : 0;
+	if (r != -EAGAIN)
+		return r ? "SET_OWNER at the limit failed, but not with EAGAIN" :
+			   "SET_OWNER at RLIMIT_NPROC made an uncharged worker";
+	rl.rlim_cur = 2;
+	if (setrlimit(RLIMIT_NPROC, &rl))
+		return "raising the soft limit";
+	if (ioctl(fd, VHOST_SET_OWNER, NULL))
+		return "SET_OWNER with room for its worker";
+	/* The process and its default worker fill the limit now. */
+	if (new_worker(fd, &id) != -EAGAIN)
+		return "NEW_WORKER beyond the limit";
+	pid = fork();
+	if (!pid)
+		_exit(0);
+	if (pid > 0) {
+		waitpid(pid, NULL, 0);
+		return "fork() beyond the limit";
+	}
+	/* RESET_OWNER returns the charge: a fork fits again. */
+	if (ioctl(fd, VHOST_RESET_OWNER, NULL))
+		return "RESET_OWNER";
+	pid = fork();
+	if (pid < 0)
+		return "fork() after RESET_OWNER gave the charge back";
+	if (!pid)
+		_exit(0);
+	waitpid(pid, NULL, 0);
+	close(fd);
+	return NULL;
+}
+
+/*
+ * Runs in a child: vhost-blk with two rings, opened and owned as root, then
+ * NOBODY with RLIMIT_NPROC 1, which the process fills.  Starting the rings
+ * (worker_pool 0: a worker per ring) would give ring 1 a worker of its own:
+ * it is charged to the caller too, does not fit, and ring 1 stays on the
+ * default worker and serves I/O there.
+ */
+static const char *nproc_pool_worker(void)
+{
+	struct rlimit rl = { 1, 1 };
+	struct vmm_blk b;
+	unsigned int id = ~0U;
+	void *buf;
+	int back;
+
+	back = memfd_create("vmq-backing", MFD_CLOEXEC);
+	if (back < 0 || ftruncate(back, 1 << 20))
+		return "memfd for the backend";
+	if (vmm_blk_open(&b, 2, 64, 1ULL << VIRTIO_F_VERSION_1, 4 << 20))
+		return "vmm_blk_open";
+	if (setrlimit(RLIMIT_NPROC, &rl) || setgroups(0, NULL) ||
+	    setresgid(NOBODY, NOBODY, NOBODY) || setresuid(NOBODY, NOBODY, NOBODY))
+		return "dropping to nobody";
+	if (vmm_blk_set_backend(&b, back))
+		return "SET_BACKEND";
+	buf = vmm_alloc(&b.vmm, 4096, 4096);
+	if (!buf)
+		return "vmm_alloc";
+	if (vmm_blk_do(&b, 1, VIRTIO_BLK_T_IN, 0, buf, 4096) != VIRTIO_BLK_S_OK)
+		return "a read on ring 1";
+	if (get_worker(b.fd, 1, &id))
+		return "GET_VRING_WORKER";
+	if (id != 0)
+		return "ring 1 got a worker beyond RLIMIT_NPROC";
+	if (vmm_owner_workers(getpid(), NULL, NULL, 8) != 1)
+		return "a worker was made beyond RLIMIT_NPROC";
+	vmm_blk_close(&b);
+	return NULL;
+}
+
+static void run_as_child(struct __test_metadata *_metadata,
+			 const char *(*fn)(void))
+{
+	int p[2], status;
+	char msg[128] = "";
+	pid_t pid;
+
+	ASSERT_EQ(0, pipe(p));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		const char *why = fn();
+
+		if (why && write(p[1], why, strlen(why)) < 0)
+			_exit(2);
+		_exit(why ? 1 : 0);
+	}
+	close(p[1]);
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	if (read(p[0], msg, sizeof(msg) - 1) < 0)
+		msg[0] = 0;
+	close(p[0]);
+	ASSERT_TRUE(WIFEXITED(status));
+	EXPECT_EQ(0, WEXITSTATUS(status)) TH_LOG("%s", msg);
+}
+
+/*
+ * Every worker a device makes counts against the RLIMIT_NPROC of the caller,
+ * the default one of VHOST_SET_OWNER included: N devices are N threads.
+ */
+VHOST_TEST_F(dev, default_worker_counts_against_nproc, 30)
+{
+	if (geteuid())
+		SKIP(return, "needs root (to drop to uid %d)", NOBODY);
+	run_as_child(_metadata, nproc_default_worker);
+}
+
+/* So do the workers a driver makes by its own policy. */
+VHOST_TEST_F(dev, pool_worker_counts_against_nproc, 30)
+{
+	const char *why = vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK");
+
+	if (why)
+		SKIP(return, "%s", why);
+	if (geteuid())
+		SKIP(return, "needs root (to drop to uid %d)", NOBODY);
+	if (read_param(WORKER_POOL_PARAM) != 0)
+		SKIP(return, "%s is not 0 (a worker per ring)", WORKER_POOL_PARAM);
+	run_as_child(_metadata, nproc_pool_worker);
 }
 
 /* vhost-net with traffic. */
