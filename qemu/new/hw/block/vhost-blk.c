@@ -13,12 +13,18 @@
  * - The backing file.  QEMU opens "path" itself (O_RDWR or O_RDONLY, plus
  *   O_DIRECT unless direct=off) and hands the fd to the kernel with
  *   VHOST_BLK_SET_BACKEND at every start; the block layer is not involved,
- *   so there are no image formats, no throttling and no block jobs.
+ *   so there are no image formats, no throttling and no block jobs.  The
+ *   file is locked as QEMU's file backend locks images (see
+ *   vhost_blk_lock_image()), so that two VMs cannot both write it.
  *
  * - Config space.  capacity and blk_size come from the backing file
- *   (BLKGETSIZE64/BLKSSZGET for a block device, st_size and 512 for a
- *   regular file) when the device is realized; seg_max, num_queues and the
- *   DISCARD/WRITE_ZEROES limits from the kernel's uapi constants.
+ *   (BLKGETSIZE64/BLKSSZGET for a block device; st_size and the smallest
+ *   O_DIRECT request it takes, or 512 with direct=off, for a regular file)
+ *   when the device is realized, and the size again on the QMP command
+ *   vhost-blk-refresh-size, which tells the guest with a configuration
+ *   change interrupt; seg_max, num_queues and the DISCARD/WRITE_ZEROES
+ *   limits from the kernel's uapi constants.  Requests past the end of a
+ *   shrunk file fail in the kernel (VIRTIO_BLK_S_IOERR) until then.
  *
  * - Feature bits.  The guest is offered what the kernel reports (for the
  *   bits in kernel_feature_bits) and VIRTIO_BLK_F_RO, which QEMU offers
@@ -26,11 +32,17 @@
  *   so what is sent to it is the guest's features masked with the kernel's.
  *
  * - The lifecycle.  Realize opens the files, VHOST_SET_OWNER (in
- *   vhost_dev_init()) and VHOST_BLK_SET_SERIAL.  Start (DRIVER_OK with the
- *   VM running, or a kick from a guest that kicks before DRIVER_OK) sets up
- *   the rings with vhost_dev_start(), applies the worker policy, then
- *   attaches the backend, so that every ring has its worker before it
- *   serves a request.  Stop (reset, VM stop, unplug) detaches the backend
+ *   vhost_dev_init()) and VHOST_BLK_SET_SERIAL (an empty serial without
+ *   serial=, as QEMU's virtio-blk answers GET_ID then).  Start (DRIVER_OK
+ *   with the VM running, or a kick from a guest that kicks before
+ *   DRIVER_OK) sets up the rings with vhost_dev_start(), applies the worker
+ *   policy, unbinds the kick of every ring the guest did not set up this
+ *   time (it may have used more queues before a reset: the kernel keeps a
+ *   stopped ring's kick and addresses), then attaches the backend, so that
+ *   every ring has its worker before it serves a request and no stale ring
+ *   is served.  A start that fails ends QEMU, as vhost-scsi's does: the
+ *   guest would otherwise wait for its requests for ever.  Stop (reset, VM
+ *   stop, unplug) detaches the backend
  *   first, which waits for the requests in flight, then stops the rings,
  *   whose indexes are then final.  The fd stays open until unrealize, and
  *   with it the kernel's state: owner, serial, workers.
@@ -47,18 +59,29 @@
  *   VHOST_SET_VRING_BUSYLOOP_TIMEOUT once, in vhost_dev_init(): the value
  *   lives in the kernel until the fd is closed, through resets and restarts.
  *
- * - Migration.  Not supported (a blocker): the kernel could log dirty
- *   pages, but nothing moves the backing file or the rings' state.
+ * - Migration.  Not supported (a blocker).  The rings' indexes would
+ *   travel as for vhost-net, but the image would not: nothing hands the
+ *   image lock over (the destination could not open an image the source
+ *   still holds, where the block layer inactivates it first), nothing
+ *   flushes the source's page cache (direct=off) or makes the destination
+ *   re-read the size at switch-over, and dirty logging through this
+ *   device's rings was never tested.
  */
 
 #include "qemu/osdep.h"
 #include <sys/ioctl.h>
 #include <linux/fs.h>
 #include "qapi/error.h"
+#include "qapi/qapi-commands-virtio.h"
+#include "qapi/qapi-types-virtio.h"
+#include "block/block.h"
 #include "qemu/error-report.h"
 #include "qemu/host-utils.h"
+#include "qemu/memalign.h"
 #include "qemu/module.h"
 #include "hw/qdev-properties.h"
+#include "hw/qdev-properties-system.h"
+#include "hw/sysbus.h"
 #include "hw/virtio/virtio.h"
 #include "hw/virtio/virtio-bus.h"
 #include "hw/virtio/virtio-access.h"
@@ -73,6 +96,8 @@
 
 #define VHOST_BLK_SECTOR_BITS 9
 #define VHOST_BLK_SECTOR_SIZE (1 << VHOST_BLK_SECTOR_BITS)
+/* The largest blk_size offered (a guest's page). */
+#define VHOST_BLK_MAX_BLK_SIZE 4096
 #define VHOST_BLK_DEV_PATH "/dev/vhost-blk"
 
 /*
@@ -109,6 +134,34 @@ static int vhost_blk_set_backend(VHostBlk *s, int fd)
 static bool vhost_blk_ring_in_use(VHostBlk *s, unsigned int i)
 {
     return virtio_queue_get_desc_addr(VIRTIO_DEVICE(s), i) != 0;
+}
+
+/*
+ * Rings the guest did not set up for this start keep, in the kernel, the
+ * kick and addresses of an earlier start (a guest that used more queues
+ * before a reset or a driver rebind): the memory they point into may now
+ * hold anything.  Unbind their kick before the backend is attached, so
+ * that the kernel neither polls nor starts them.
+ */
+static int vhost_blk_unbind_unused_rings(VHostBlk *s, Error **errp)
+{
+    const VhostOps *ops = s->dev.vhost_ops;
+    struct vhost_vring_file file = { .fd = -1 };
+    unsigned int i;
+    int ret;
+
+    for (i = 0; i < s->dev.nvqs; i++) {
+        if (vhost_blk_ring_in_use(s, i)) {
+            continue;
+        }
+        file.index = ops->vhost_get_vq_index(&s->dev, s->dev.vq_index + i);
+        ret = ops->vhost_set_vring_kick(&s->dev, &file);
+        if (ret < 0) {
+            error_setg_errno(errp, -ret, "cannot unbind unused queue %u", i);
+            return ret;
+        }
+    }
+    return 0;
 }
 
 /*
@@ -212,7 +265,7 @@ static void vhost_blk_apply_worker_policy(VHostBlk *s)
         return;
     }
 
-    if (s->per_queue_workers) {
+    if (s->workers == VHOST_BLK_WORKERS_PER_QUEUE) {
         vhost_blk_per_queue_workers(s);
     } else {
         vhost_blk_share_worker(s);
@@ -263,6 +316,11 @@ static int vhost_blk_start(VirtIODevice *vdev, Error **errp)
     }
 
     vhost_blk_apply_worker_policy(s);
+
+    ret = vhost_blk_unbind_unused_rings(s, errp);
+    if (ret < 0) {
+        goto err_vhost;
+    }
 
     /* Rings start serving, requests queued already included, from here. */
     ret = vhost_blk_set_backend(s, s->backing_fd);
@@ -325,7 +383,12 @@ static void vhost_blk_set_status(VirtIODevice *vdev, uint8_t status)
 
     if (should_start) {
         if (vhost_blk_start(vdev, &local_err) < 0) {
+            /*
+             * As vhost-scsi does: nothing would serve the rings, and the
+             * guest would wait for its requests for ever.
+             */
             error_reportf_err(local_err, "vhost-blk: cannot start: ");
+            exit(1);
         }
     } else {
         vhost_blk_stop(vdev);
@@ -347,8 +410,9 @@ static void vhost_blk_handle_output(VirtIODevice *vdev, VirtQueue *vq)
     }
 
     if (vhost_blk_start(vdev, &local_err) < 0) {
+        /* As in vhost_blk_set_status(). */
         error_reportf_err(local_err, "vhost-blk: cannot start: ");
-        return;
+        exit(1);
     }
 
     /*
@@ -409,7 +473,136 @@ static void vhost_blk_get_config(VirtIODevice *vdev, uint8_t *config)
     memcpy(config, &blkcfg, MIN(vdev->config_len, sizeof(blkcfg)));
 }
 
-/* Open "path" and read its size and logical block size. */
+/*
+ * Image locks, laid out as QEMU's file backend lays them, so that this
+ * device, QEMU's own disks and qemu-img see each other's: for every
+ * permission bit i (BLK_PERM_*), an OFD read lock on byte
+ * VHOST_BLK_LOCK_HELD + i says "I use it" and one on byte
+ * VHOST_BLK_LOCK_UNSHARED + i says "nobody else may".  A write lock on a
+ * byte is never taken, only tested: it fails where another open file holds
+ * the byte.
+ */
+#define VHOST_BLK_LOCK_HELD     100
+#define VHOST_BLK_LOCK_UNSHARED 200
+
+static const char *vhost_blk_perm_name(int bit)
+{
+    switch (1ULL << bit) {
+    case BLK_PERM_CONSISTENT_READ:
+        return "consistent read";
+    case BLK_PERM_WRITE:
+        return "write";
+    case BLK_PERM_WRITE_UNCHANGED:
+        return "write unchanged";
+    case BLK_PERM_RESIZE:
+        return "resize";
+    }
+    return "unknown";
+}
+
+/*
+ * Lock what a virtio-blk disk (without share-rw) locks: it reads, writes
+ * unless read-only=on, and lets nobody else write.  So two writers, or a
+ * writer and a reader, of one image conflict; readers do not.
+ */
+static bool vhost_blk_lock_image(VHostBlk *s, int fd, Error **errp)
+{
+    uint64_t held = BLK_PERM_CONSISTENT_READ;
+    uint64_t unshared = BLK_PERM_WRITE;
+    int bit, ret;
+
+    if (s->locking == ON_OFF_AUTO_OFF ||
+        (s->locking == ON_OFF_AUTO_AUTO && !qemu_has_ofd_lock())) {
+        return true;
+    }
+    if (!qemu_has_ofd_lock()) {
+        warn_report("vhost-blk: no OFD locks on this host: '%s' gets "
+                    "POSIX locks, which closing any fd of it drops",
+                    s->path);
+    }
+    if (!s->read_only) {
+        held |= BLK_PERM_WRITE;
+    }
+
+    for (bit = 0; (1ULL << bit) <= BLK_PERM_ALL; bit++) {
+        if (held & (1ULL << bit)) {
+            ret = qemu_lock_fd(fd, VHOST_BLK_LOCK_HELD + bit, 1, false);
+            if (ret < 0) {
+                goto lock_failed;
+            }
+        }
+        if (unshared & (1ULL << bit)) {
+            ret = qemu_lock_fd(fd, VHOST_BLK_LOCK_UNSHARED + bit, 1, false);
+            if (ret < 0) {
+                goto lock_failed;
+            }
+        }
+    }
+
+    /* Who else is there: users that do not share what we use... */
+    for (bit = 0; (1ULL << bit) <= BLK_PERM_ALL; bit++) {
+        if ((held & (1ULL << bit)) &&
+            qemu_lock_fd_test(fd, VHOST_BLK_LOCK_UNSHARED + bit, 1,
+                              true) < 0) {
+            error_setg(errp, "'%s' is locked: another process (another VM?) "
+                       "uses it and shares no \"%s\" permission; "
+                       "locking=off skips this check", s->path,
+                       vhost_blk_perm_name(bit));
+            return false;
+        }
+    }
+    /* ...and users of what we do not share. */
+    for (bit = 0; (1ULL << bit) <= BLK_PERM_ALL; bit++) {
+        if ((unshared & (1ULL << bit)) &&
+            qemu_lock_fd_test(fd, VHOST_BLK_LOCK_HELD + bit, 1, true) < 0) {
+            error_setg(errp, "'%s' is locked: another process (another VM?) "
+                       "holds the \"%s\" permission on it; locking=off "
+                       "skips this check", s->path,
+                       vhost_blk_perm_name(bit));
+            return false;
+        }
+    }
+    return true;
+
+lock_failed:
+    error_setg_errno(errp, -ret, "cannot lock '%s' (locking=off skips it)",
+                     s->path);
+    return false;
+}
+
+/*
+ * The smallest request O_DIRECT takes on a regular file: what statx()
+ * reports (STATX_DIOALIGN, Linux 6.1), else the first length from 512 to
+ * 4096 that a direct read at offset 0 does not refuse with EINVAL.  Other
+ * errors (EIO) say nothing about alignment and end the search, as does an
+ * empty file, where any length reads nothing.
+ */
+static uint32_t vhost_blk_dio_alignment(int fd)
+{
+    uint32_t align;
+    void *buf;
+
+#if defined(CONFIG_STATX) && defined(STATX_DIOALIGN)
+    struct statx stx;
+
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
+        (stx.stx_mask & STATX_DIOALIGN) && stx.stx_dio_offset_align) {
+        return MAX(stx.stx_dio_offset_align, VHOST_BLK_SECTOR_SIZE);
+    }
+#endif
+
+    buf = qemu_memalign(qemu_real_host_page_size(), VHOST_BLK_MAX_BLK_SIZE);
+    for (align = VHOST_BLK_SECTOR_SIZE; align < VHOST_BLK_MAX_BLK_SIZE;
+         align *= 2) {
+        if (pread(fd, buf, align, 0) >= 0 || errno != EINVAL) {
+            break;
+        }
+    }
+    qemu_vfree(buf);
+    return align;
+}
+
+/* Open "path", lock it and read its size and logical block size. */
 static bool vhost_blk_open_backing(VHostBlk *s, Error **errp)
 {
     int flags = s->read_only ? O_RDONLY : O_RDWR;
@@ -427,6 +620,9 @@ static bool vhost_blk_open_backing(VHostBlk *s, Error **errp)
 
     if (fstat(fd, &st) < 0) {
         error_setg_errno(errp, errno, "cannot stat '%s'", s->path);
+        goto fail;
+    }
+    if (!vhost_blk_lock_image(s, fd, errp)) {
         goto fail;
     }
 
@@ -452,7 +648,20 @@ static bool vhost_blk_open_backing(VHostBlk *s, Error **errp)
         s->blk_size = lbs;
     } else if (S_ISREG(st.st_mode)) {
         bytes = st.st_size;
-        s->blk_size = VHOST_BLK_SECTOR_SIZE;
+        /*
+         * The kernel submits what the guest sends as it is: with O_DIRECT,
+         * the guest must not send less than the file takes (a 4K-native
+         * disk under the file system refuses 512-byte requests).
+         */
+        s->blk_size = s->direct ? vhost_blk_dio_alignment(fd) :
+                                  VHOST_BLK_SECTOR_SIZE;
+        if (s->blk_size > VHOST_BLK_MAX_BLK_SIZE ||
+            !is_power_of_2(s->blk_size)) {
+            error_setg(errp, "'%s' takes O_DIRECT requests of %u bytes or "
+                       "more, which a guest cannot use as its block size; "
+                       "try direct=off", s->path, s->blk_size);
+            goto fail;
+        }
     } else {
         error_setg(errp, "'%s' is neither a block device nor a regular file",
                    s->path);
@@ -472,6 +681,53 @@ static bool vhost_blk_open_backing(VHostBlk *s, Error **errp)
 fail:
     close(fd);
     return false;
+}
+
+/*
+ * QMP vhost-blk-refresh-size: the size of the backing file again, and a
+ * configuration change interrupt where it changed.  The block size stays.
+ */
+void qmp_vhost_blk_refresh_size(const char *id, Error **errp)
+{
+    DeviceState *dev = qdev_find_recursive(sysbus_get_default(), id);
+    Object *obj = dev ? OBJECT(dev) : object_resolve_path(id, NULL);
+    VHostBlk *s;
+    uint64_t bytes, capacity;
+    struct stat st;
+
+    if (obj && !object_dynamic_cast(obj, TYPE_VHOST_BLK)) {
+        /* A transport (vhost-blk-pci): the device is its child. */
+        obj = object_resolve_path_component(obj, "virtio-backend");
+    }
+    if (!obj || !object_dynamic_cast(obj, TYPE_VHOST_BLK)) {
+        error_setg(errp, "'%s' is not a vhost-blk device", id);
+        return;
+    }
+    s = VHOST_BLK(obj);
+    if (s->backing_fd < 0) {
+        error_setg(errp, "'%s' is not realized", id);
+        return;
+    }
+
+    if (fstat(s->backing_fd, &st) < 0) {
+        error_setg_errno(errp, errno, "cannot stat '%s'", s->path);
+        return;
+    }
+    if (S_ISBLK(st.st_mode)) {
+        if (ioctl(s->backing_fd, BLKGETSIZE64, &bytes) < 0) {
+            error_setg_errno(errp, errno, "cannot get the size of '%s'",
+                             s->path);
+            return;
+        }
+    } else {
+        bytes = st.st_size;
+    }
+    capacity = (bytes - bytes % s->blk_size) >> VHOST_BLK_SECTOR_BITS;
+    if (capacity == s->capacity) {
+        return;
+    }
+    s->capacity = capacity;
+    virtio_notify_config(VIRTIO_DEVICE(s));
 }
 
 /* Check "serial" and lay it out as VHOST_BLK_SET_SERIAL wants it. */
@@ -540,15 +796,14 @@ static void vhost_blk_device_realize(DeviceState *dev, Error **errp)
                    VIRTQUEUE_MAX_SIZE);
         return;
     }
-    if (!s->workers || !strcmp(s->workers, "per-queue")) {
-        s->per_queue_workers = true;
-    } else if (!strcmp(s->workers, "shared")) {
-        s->per_queue_workers = false;
-    } else {
-        error_setg(errp, "workers must be 'per-queue' or 'shared', not '%s'",
-                   s->workers);
+#ifdef VHOST_BLK_MAX_BUSYLOOP_TIMEOUT
+    /* The kernel refuses more (EINVAL): say which property it was. */
+    if (s->poll_us > VHOST_BLK_MAX_BUSYLOOP_TIMEOUT) {
+        error_setg(errp, "poll-us must be at most %u",
+                   VHOST_BLK_MAX_BUSYLOOP_TIMEOUT);
         return;
     }
+#endif
     if (s->serial && !vhost_blk_parse_serial(s, &serial, errp)) {
         return;
     }
@@ -605,13 +860,23 @@ static void vhost_blk_device_realize(DeviceState *dev, Error **errp)
     }
     s->vhost_fd = vhostfd;
 
-    if (s->serial && ioctl(s->vhost_fd, VHOST_BLK_SET_SERIAL, &serial) < 0) {
+    /*
+     * Without serial=, an empty one (all NULs): what QEMU's virtio-blk
+     * answers then, and no /dev/disk/by-id name that every disk shares.
+     */
+    if (ioctl(s->vhost_fd, VHOST_BLK_SET_SERIAL, &serial) < 0) {
         error_setg_errno(errp, errno, "VHOST_BLK_SET_SERIAL failed");
         goto err_vhost;
     }
 
+    /*
+     * Not the rings (their indexes would travel as vhost-net's do) but the
+     * image: nothing hands its lock, its page cache or its size over to the
+     * destination (see "Migration" at the top).
+     */
     error_setg(&s->migration_blocker,
-               "vhost-blk does not support live migration");
+               "vhost-blk does not support live migration: nothing hands "
+               "its image over to the destination");
     if (migrate_add_blocker(s->migration_blocker, errp) < 0) {
         error_free(s->migration_blocker);
         s->migration_blocker = NULL;
@@ -681,11 +946,13 @@ static Property vhost_blk_properties[] = {
     DEFINE_PROP_STRING("path", VHostBlk, path),
     DEFINE_PROP_BOOL("read-only", VHostBlk, read_only, false),
     DEFINE_PROP_BOOL("direct", VHostBlk, direct, true),
+    DEFINE_PROP_ON_OFF_AUTO("locking", VHostBlk, locking, ON_OFF_AUTO_AUTO),
     DEFINE_PROP_STRING("serial", VHostBlk, serial),
     DEFINE_PROP_UINT16("num-queues", VHostBlk, num_queues,
                        VHOST_BLK_AUTO_NUM_QUEUES),
     DEFINE_PROP_UINT16("queue-size", VHostBlk, queue_size, 128),
-    DEFINE_PROP_STRING("workers", VHostBlk, workers),
+    DEFINE_PROP_VHOST_BLK_WORKERS("workers", VHostBlk, workers,
+                                  VHOST_BLK_WORKERS_PER_QUEUE),
     DEFINE_PROP_UINT32("poll-us", VHostBlk, poll_us, 0),
     DEFINE_PROP_STRING("vhostfd", VHostBlk, vhostfd_name),
     DEFINE_PROP_BIT64("discard", VHostBlk, parent_obj.host_features,

@@ -10,6 +10,8 @@
 #include "hw/virtio/virtio.h"
 #include "hw/virtio/vhost.h"
 #include "qom/object.h"
+#include "qapi/qapi-types-common.h"
+#include "qapi/qapi-types-virtio.h"
 #include "linux/vhost_blk.h"
 
 #define TYPE_VHOST_BLK "vhost-blk"
@@ -28,10 +30,11 @@ struct VHostBlk {
     char *path;             /* backing block device or regular file */
     bool read_only;         /* open it O_RDONLY, offer VIRTIO_BLK_F_RO */
     bool direct;            /* open it O_DIRECT */
+    OnOffAuto locking;      /* image locks (auto: where OFD locks exist) */
     char *serial;           /* what GET_ID returns */
     uint16_t num_queues;
     uint16_t queue_size;
-    char *workers;          /* "per-queue" (NULL too) or "shared" */
+    VhostBlkWorkers workers;
     uint32_t poll_us;       /* rings' busy-poll timeout, 0: the kernel's */
     char *vhostfd_name;     /* a pre-opened /dev/vhost-blk */
     int32_t bootindex;
@@ -44,8 +47,6 @@ struct VHostBlk {
     uint64_t capacity;      /* 512-byte sectors */
     uint32_t blk_size;      /* logical block size */
 
-    /* Worker policy: "per-queue" (true) or "shared". */
-    bool per_queue_workers;
     /* The kernel has no per-ring workers (ENOTTY): do not ask again. */
     bool workers_unsupported;
     /*
