@@ -13,26 +13,50 @@
 #                      (default /usr/share/qemu:/usr/share/seabios)
 #
 # The guest runs from an initramfs made here: busybox, this machine's bash
-# and fio with their libraries, and this script.  Cases:
+# and fio with their libraries, and this script.  vhost_blk.worker_pool
+# is set for each boot (below) and restored at the end.  Cases:
 #   nullb_two_queues_fio_verify  -device vhost-blk-pci,num-queues=2 on
 #       /dev/nullb0: the guest sees /dev/vda with 2 queues, fio (2 jobs, one
 #       per vCPU, random writes with crc32c, read back and verified) passes;
 #   nullb_worker_per_queue       meanwhile each ring's vhost worker thread
-#       (vhost-<qemu pid>, vhost-<qemu pid>-1) did work here;
+#       (vhost-<qemu pid>, vhost-<qemu pid>-1) did work here, with
+#       worker_pool=1 (the kernel alone would put both rings on one
+#       worker: the second comes from QEMU's workers=per-queue);
 #   nullb_reboot_then_io         the guest reboots (device reset, rings
 #       started again), verifies what it wrote before, writes and verifies
 #       again;
+#   nullb_rebind_fewer_queues_io then rebinds its driver with
+#       virtio_blk.num_request_queues=1: the device starts with ring 1 not
+#       set up (QEMU unbinds its kick), the guest sees 1 queue, fio verify
+#       passes;
 #   file_fio_verify              the same on a regular file, its rings
 #       busy-polling (poll-us=1000);
-#   file_shrunk_read_eio         the file shrinks under the running guest:
-#       reading past the new end fails with EIO in the guest, and this
-#       kernel's log stays clean;
+#   file_shrunk_read_eio         a second file shrinks under the running
+#       guest: reading past the new end fails with EIO in the guest (the
+#       same read succeeded before the shrink), and this kernel's log stays
+#       clean;
+#   file_resize_refresh_size     then QMP vhost-blk-refresh-size on that
+#       disk: the guest sees its new size (a config change interrupt);
+#   serial_empty_unless_given    GET_ID: empty without serial= (as QEMU's
+#       virtio-blk), the serial= given otherwise;
+#   file_image_locked            while the guest runs, a second QEMU with
+#       the first file is refused (writer and read-only=on alike) with the
+#       lock error, and starts with locking=off;
+#   file_poll_us_busy_polls      500 reads one at a time: the workers of
+#       the poll-us=1000 device take at least twice the CPU time (and 10
+#       ticks more) of the other device's for the same reads;
+#   file_4k_direct_blk_size      a third file, direct=on, on ext4 over a
+#       loop device with 4K sectors: the guest gets 4K blocks, and 4K direct
+#       writes read back equal;
 #   viommu_access_platform_fio_verify  the same null_blk behind QEMU's
 #       intel-iommu (q35, iommu_platform=on): the guest negotiates
 #       VIRTIO_F_ACCESS_PLATFORM, its DMA is translated (an IOMMU group of
 #       type DMA), so every address vhost-blk uses comes through the device
 #       IOTLB, and the guest's lazy IOTLB flushes (DMA-FQ) must reach
 #       it; fio verify passes and this kernel's log stays clean;
+#   viommu_workers_shared_one_thread  that device has workers=shared, with
+#       worker_pool=0 (the kernel alone would give ring 1 a worker): one
+#       worker thread did all the work;
 #   tap_per_ring_workers_ping    -netdev tap,vhost=on,vhost-workers=per-ring:
 #       the guest and this machine ping each other over the tap, and both
 #       of the queue pair's vhost workers (RX on vhost-<pid>, TX on
@@ -53,6 +77,13 @@ if [ "${1:-}" = --guest ]; then
 		say "info $vd: $(cat /sys/block/vda/size) sectors," \
 			"$(ls /sys/block/vda/mq | wc -l) queue(s)"
 		[ "$(ls /sys/block/vda/mq | wc -l)" = 2 ] && say "ok queues_2"
+		# GET_ID: empty without serial=, as QEMU's virtio-blk answers.
+		ser=$(cat /sys/block/vda/serial 2>/dev/null)
+		say "info serial '$ser'"
+		case $mode in
+		files) [ "$ser" = vmqt-file0 ] && say "ok serial_given" ;;
+		*) [ -z "$ser" ] && say "ok serial_empty" ;;
+		esac
 		# The marker sector, past what fio uses: which boot this is.
 		marker_off=$(($(cat /sys/block/vda/size) - 8))
 		stage=$(dd if=$vd bs=512 skip=$marker_off count=1 2>/dev/null |
@@ -75,15 +106,49 @@ if [ "${1:-}" = --guest ]; then
 		else
 			say "fail fio_verify"; sed 's/^/VMQT: # /' /tmp/fio.log
 		fi
-		# The host shrinks vdb's file to half when it sees "hook";
-		# reading its last 1M then fails, well within 60 s.
+		# vdc: a file on a file system whose disk has 4K sectors,
+		# direct=on: the guest must see 4K blocks, and direct I/O of
+		# that size must work.
+		lbs=$(cat /sys/block/vdc/queue/logical_block_size 2>/dev/null)
+		say "info vdc logical block size ${lbs:-none}"
+		if [ "$lbs" != 4096 ]; then
+			say "fail dio_blk_size: want 4096, got ${lbs:-no vdc}"
+		elif ! dd if=/dev/urandom of=/tmp/blk bs=4096 count=16 2>/dev/null ||
+		     ! dd if=/tmp/blk of=/dev/vdc bs=4096 count=16 oflag=direct \
+				2>/tmp/dd.err ||
+		     ! dd if=/dev/vdc of=/tmp/blk2 bs=4096 count=16 iflag=direct \
+				2>>/tmp/dd.err || ! cmp -s /tmp/blk /tmp/blk2; then
+			say "fail dio_blk_size: 4K direct I/O: $(cat /tmp/dd.err)"
+		else
+			say "ok dio_blk_size"
+		fi
+		# poll-us: the same 500 reads one at a time from vCPU 0 (ring
+		# 0), first on vda (poll-us=1000), then on vdb (no polling).
+		# The host notes the workers' CPU time at each mark: only the
+		# device being read works in between.
+		for d in vda vdb; do
+			say "mark $d"
+			sleep 3
+			fio --name=p --filename=/dev/$d --direct=1 --ioengine=psync \
+				--rw=randread --bs=4k --size=2M --number_ios=500 \
+				--cpus_allowed=0 >/tmp/fio.log 2>&1 ||
+				say "fail poll_reads on $d"
+		done
+		say "mark end"
+		sleep 3
+		# The host checks the image locks, then shrinks vdb's file to
+		# half when it sees "hook"; reading its last 1M then fails,
+		# well within 180 s.  The same
+		# read must succeed before: a disk that always fails proves
+		# nothing.
 		vd=/dev/vdb
 		last=$(($(cat /sys/block/vdb/size) / 2048 - 1))
-		dd if=$vd of=/dev/null bs=1M skip=$last count=1 iflag=direct 2>/dev/null ||
-			say "fail read before shrinking"
+		before=ok
+		dd if=$vd of=/dev/null bs=1M skip=$last count=1 iflag=direct \
+			2>/tmp/dd.err || before="fail read before shrinking: $(cat /tmp/dd.err)"
 		say hook
-		res="fail no EIO within 60 s"
-		for i in $(seq 1 120); do
+		res="fail no EIO within 180 s"
+		for i in $(seq 1 360); do
 			if ! dd if=$vd of=/dev/null bs=1M skip=$last count=1 iflag=direct \
 					2>/tmp/dd.err; then
 				grep -qE "Input/output error|I/O error" /tmp/dd.err && res=ok ||
@@ -92,7 +157,22 @@ if [ "${1:-}" = --guest ]; then
 			fi
 			sleep 0.5
 		done
+		[ "$before" = ok ] || res=$before
 		say "$res shrunk_read_eio"
+		# The host asks QEMU to read vdb's size again
+		# (vhost-blk-refresh-size): a config change interrupt gives
+		# the guest the new one.
+		half=$(($(cat /sys/block/vdb/size) / 2))
+		say "mark resize"
+		res="fail vdb still has $(cat /sys/block/vdb/size) sectors, not $half"
+		for i in $(seq 1 240); do
+			if [ "$(cat /sys/block/vdb/size)" = $half ]; then
+				res=ok
+				break
+			fi
+			sleep 0.5
+		done
+		say "$res resize_seen"
 		;;
 	io-reboot)
 		if [ "$stage" = VMQTBOOT1 ]; then
@@ -103,6 +183,23 @@ if [ "${1:-}" = --guest ]; then
 				say "ok reboot_io"
 			else
 				say "fail reboot_io"; sed 's/^/VMQT: # /' /tmp/fio.log
+			fi
+			# The driver again, with one queue: the device starts
+			# with ring 1 not set up (QEMU unbinds its kick).
+			vdev=$(basename "$(readlink -f /sys/block/vda/device)")
+			drv=/sys/bus/virtio/drivers/virtio_blk
+			echo 1 >/sys/module/virtio_blk/parameters/num_request_queues &&
+				echo "$vdev" >$drv/unbind && echo "$vdev" >$drv/bind ||
+				say "fail rebind of $vdev"
+			for i in $(seq 1 50); do [ -b $vd ] && break; sleep 0.2; done
+			nq=$(ls /sys/block/vda/mq 2>/dev/null | wc -l)
+			say "info after the rebind: $nq queue(s)"
+			if [ "$nq" != 1 ]; then
+				say "fail rebind_one_queue: $nq queues"
+			elif fiojob randwrite --offset=16M; then
+				say "ok rebind_one_queue"
+			else
+				say "fail rebind_one_queue"; sed 's/^/VMQT: # /' /tmp/fio.log
 			fi
 			say done
 			exit 0
@@ -167,7 +264,11 @@ qemu=${VHOST_QEMU:-}
 kernel=${VHOST_QEMU_KERNEL:-}
 fw=${VHOST_QEMU_FW:-/usr/share/qemu:/usr/share/seabios}
 cases=(nullb_two_queues_fio_verify nullb_worker_per_queue nullb_reboot_then_io
-       file_fio_verify file_shrunk_read_eio viommu_access_platform_fio_verify
+       nullb_rebind_fewer_queues_io
+       file_fio_verify file_shrunk_read_eio file_resize_refresh_size
+       serial_empty_unless_given
+       file_image_locked file_poll_us_busy_polls file_4k_direct_blk_size
+       viommu_access_platform_fio_verify viommu_workers_shared_one_thread
        tap_per_ring_workers_ping)
 echo "TAP version 13"
 echo "1..${#cases[@]}"
@@ -197,7 +298,22 @@ command -v fio >/dev/null || skipall "fio not installed"
 	skipall "$qemu has no vhost-blk-pci device"
 
 work=$(mktemp -d /tmp/vhost_qemu.XXXXXX)
-trap 'pkill -KILL -P $$ 2>/dev/null; rm -rf "$work"' EXIT
+# vhost_blk.worker_pool (workers for rings QEMU did not bind: 0 one per
+# ring, 1 all on the device's default one), restored on exit; a loop
+# device and its mount for the 4K-sector case, undone on exit.
+pool=/sys/module/vhost_blk/parameters/worker_pool
+pool_saved=$(cat $pool 2>/dev/null)
+loopdev=
+cleanup() {
+	pkill -KILL -P $$ 2>/dev/null
+	[ -n "$pool_saved" ] && echo "$pool_saved" >$pool
+	umount "$work/mnt4k" 2>/dev/null
+	[ -n "$loopdev" ] && losetup -d "$loopdev" 2>/dev/null
+	rm -rf "$work"
+}
+trap cleanup EXIT
+# set_pool N: returns non-zero when the kernel has no such parameter.
+set_pool() { [ -n "$pool_saved" ] && echo "$1" >$pool; }
 # The guests' consoles (NAME.log), QEMU's output (NAME.qemu) and the vhost
 # workers seen (NAME.workers): kept in VHOST_QEMU_LOGDIR if set.
 logs=${VHOST_QEMU_LOGDIR:-$work}
@@ -246,13 +362,36 @@ for d in "${fwdirs[@]}"; do fwargs+=(-L "$d"); done
 # so no IOMMU) unless a case says otherwise.
 kargs="acpi=off"
 
+# The vhost workers of the qemu $qpid: "NAME TICKS" (utime + stime, clock
+# ticks) for each.
+workers_cpu() {
+	local t c
+	for t in /proc/[0-9]*; do
+		c=$(cat "$t/comm" 2>/dev/null) || continue
+		case $c in
+		vhost-$qpid|vhost-$qpid-*)
+			echo "$c $(awk '{ print $14 + $15 }' "$t/stat")" ;;
+		esac
+	done
+}
+# Ticks all workers spent between the marks $2 and $3 of the boot $1.
+mark_ticks() {
+	local a b
+	a=$(awk '{ s += $2 } END { print s + 0 }' "$logs/$1.mark-$2" 2>/dev/null)
+	b=$(awk '{ s += $2 } END { print s + 0 }' "$logs/$1.mark-$3" 2>/dev/null)
+	[ -e "$logs/$1.mark-$2" ] && [ -e "$logs/$1.mark-$3" ] || { echo -1; return; }
+	echo $((b - a))
+}
+
 # boot NAME MODE HOOK QEMU-ARGS...: run the guest until it prints
 # "VMQT: done" (at most 600 s), its console in $logs/NAME.log; HOOK (a
-# command, or "") runs once the guest prints "VMQT: hook".  Leaves the
+# command, or "") runs once the guest prints "VMQT: hook"; at each
+# "VMQT: mark M" the workers' CPU times go to $logs/NAME.mark-M (and the
+# function on_mark_M runs, if there is one).  Leaves the
 # qemu pid in $qpid and the guest's vhost worker CPU times in
 # $logs/NAME.workers.
 boot() {
-	local name=$1 mode=$2 hook=$3 log=$logs/$1.log hooked=0 i
+	local name=$1 mode=$2 hook=$3 log=$logs/$1.log hooked=0 i m
 	shift 3
 	: >"$log"
 	"$qemu" -accel tcg,tb-size=64 -smp 2,sockets=2,cores=1,threads=1 -m 512M \
@@ -266,6 +405,11 @@ boot() {
 	for i in $(seq 1 1200); do
 		grep -q "^VMQT: done" "$log" && break
 		kill -0 $qpid 2>/dev/null || break
+		for m in $(tr -d '\r' <"$log" | sed -n 's/^VMQT: mark \([a-z0-9]*\)$/\1/p'); do
+			[ -e "$logs/$name.mark-$m" ] && continue
+			workers_cpu >"$logs/$name.mark-$m"
+			! declare -F "on_mark_$m" >/dev/null || "on_mark_$m"
+		done
 		if [ -n "$hook" ] && [ $hooked = 0 ] && grep -q "^VMQT: hook" "$log"; then
 			$hook
 			hooked=1
@@ -277,15 +421,9 @@ boot() {
 		echo "# $name: the guest did not finish; the end of its console:"
 		tail -n 25 "$log" | tr -d '\r' | sed 's/^/# console: /'
 	}
-	# Every vhost worker of this qemu, with its CPU time (utime + stime,
-	# clock ticks), while the device still exists.
-	for t in /proc/[0-9]*; do
-		c=$(cat "$t/comm" 2>/dev/null) || continue
-		case $c in
-		vhost-$qpid|vhost-$qpid-*)
-			echo "$c $(awk '{ print $14 + $15 }' "$t/stat")" ;;
-		esac
-	done >"$logs/$name.workers"
+	# Every vhost worker of this qemu, with its CPU time, while the
+	# device still exists.
+	workers_cpu >"$logs/$name.workers"
 	kill -TERM $qpid 2>/dev/null
 	for i in $(seq 1 40); do kill -0 $qpid 2>/dev/null || break; sleep 0.5; done
 	kill -KILL $qpid 2>/dev/null
@@ -316,7 +454,11 @@ dmesg_before=$(dmesg | wc -l)
 sectors=$(blockdev --getsz /dev/nullb0)
 dd if=/dev/zero of=/dev/nullb0 bs=512 seek=$((sectors - 8)) count=8 oflag=direct 2>/dev/null
 
-echo "# null_blk, 2 queues, per-queue workers (the default)"
+echo "# null_blk, 2 queues, per-queue workers (the default), worker_pool=1"
+# With worker_pool=1 the kernel puts every ring QEMU did not bind on the
+# device's one worker: a second busy worker can only come from QEMU's
+# workers=per-queue.
+set_pool 1 || echo "# no vhost_blk.worker_pool here: per-queue workers are the kernel's default"
 boot nullb io-reboot "" -device vhost-blk-pci,path=/dev/nullb0,num-queues=2
 if guest_ok nullb queues_2 && guest_ok nullb fio_verify; then
 	result ok nullb_two_queues_fio_verify
@@ -337,15 +479,83 @@ if guest_ok nullb reboot_verify && guest_ok nullb reboot_io; then
 else
 	result fail nullb_reboot_then_io "no I/O after the guest's reboot"
 fi
+if guest_ok nullb rebind_one_queue; then
+	result ok nullb_rebind_fewer_queues_io
+else
+	result fail nullb_rebind_fewer_queues_io \
+		"no I/O after the driver came back with 1 queue of 2"
+fi
 
 # Files through the page cache: this machine's /tmp (tmpfs or an overlay
 # on it) has no O_DIRECT.
 echo "# 64 MiB files, 2 queues: fio on one, the other shrinks under the guest"
-truncate -s 64M "$work/disk.img" "$work/disk2.img"
-shrink() { truncate -s 32M "$work/disk2.img"; }
-boot file files shrink \
-	-device "vhost-blk-pci,path=$work/disk.img,num-queues=2,direct=off,poll-us=1000" \
-	-device "vhost-blk-pci,path=$work/disk2.img,num-queues=2,direct=off"
+echo "# a third on ext4 over a loop device with 4K sectors, direct=on"
+truncate -s 64M "$work/disk.img" "$work/disk2.img" "$work/4k.fs"
+mkdir -p "$work/mnt4k"
+dev4k=()
+if loopdev=$(losetup -f --show -b 4096 "$work/4k.fs") &&
+   mkfs.ext4 -q -b 4096 "$loopdev" && mount "$loopdev" "$work/mnt4k" &&
+   truncate -s 16M "$work/mnt4k/disk3.img"; then
+	dev4k=(-device "vhost-blk-pci,path=$work/mnt4k/disk3.img,num-queues=1")
+else
+	echo "# cannot make ext4 on a 4K-sector loop device here"
+fi
+# lockrun NAME DEVICE-ARGS: a second QEMU with the device, stopped (-S),
+# told to quit at once: exits 0 once the device is realized.
+lockrun() {
+	echo quit | timeout 120 "$qemu" -accel tcg,tb-size=64 -M pc -nodefaults \
+		-display none -S -monitor stdio "${fwargs[@]}" \
+		-device "vhost-blk-pci,$2" >"$logs/lock-$1.qemu" 2>&1
+}
+# While the guest writes disk.img: another writer and a reader are refused
+# with the lock error, locking=off lets a third start.
+lockcheck() {
+	lock_rw=0 lock_ro=0 lock_off=0
+	if ! lockrun rw "path=$work/disk.img,direct=off"; then
+		grep -q "is locked" "$logs/lock-rw.qemu" && lock_rw=1
+	fi
+	if ! lockrun ro "path=$work/disk.img,direct=off,read-only=on"; then
+		grep -q "is locked" "$logs/lock-ro.qemu" && lock_ro=1
+	fi
+	lockrun off "path=$work/disk.img,direct=off,locking=off" && lock_off=1
+	for f in rw ro off; do
+		sed -e 's/\x1b\[[0-9;]*[A-Za-z]//g' -e "s/^/# lock-$f: /" "$logs/lock-$f.qemu"
+	done
+}
+files_hook() {
+	lockcheck
+	truncate -s 32M "$work/disk2.img"
+}
+# qmp SOCKET COMMAND ARGS-JSON: one QMP command; prints the answer.
+cat >"$work/qmp.py" <<'PY'
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+f = s.makefile('rw')
+f.readline()
+def cmd(name, args=None):
+    c = {'execute': name}
+    if args:
+        c['arguments'] = args
+    f.write(json.dumps(c) + '\n')
+    f.flush()
+    while True:
+        r = json.loads(f.readline())
+        if 'return' in r or 'error' in r:
+            return r
+cmd('qmp_capabilities')
+print(json.dumps(cmd(sys.argv[2], json.loads(sys.argv[3]))))
+PY
+qmp() { timeout 60 python3 "$work/qmp.py" "$@" 2>&1; }
+on_mark_resize() {
+	qmp "$work/file.qmp" vhost-blk-refresh-size '{"id": "disk2"}' |
+		sed 's/^/# qmp: /'
+}
+lock_rw=0 lock_ro=0 lock_off=0
+boot file files files_hook \
+	-device "vhost-blk-pci,path=$work/disk.img,num-queues=2,direct=off,poll-us=1000,serial=vmqt-file0" \
+	-device "vhost-blk-pci,path=$work/disk2.img,num-queues=2,direct=off,id=disk2" \
+	"${dev4k[@]}" -qmp "unix:$work/file.qmp,server=on,wait=off"
 if guest_ok file fio_verify; then
 	result ok file_fio_verify
 else
@@ -354,13 +564,57 @@ fi
 if guest_ok file shrunk_read_eio && ! splat_since "$dmesg_before"; then
 	result ok file_shrunk_read_eio
 else
-	result fail file_shrunk_read_eio "no EIO in the guest, or a splat here"
+	result fail file_shrunk_read_eio \
+		"no EIO in the guest, a failed read before the shrink, or a splat here"
 fi
+if guest_ok file resize_seen; then
+	result ok file_resize_refresh_size
+else
+	result fail file_resize_refresh_size \
+		"the guest did not see the shrunk size after vhost-blk-refresh-size"
+fi
+if guest_ok nullb serial_empty && guest_ok file serial_given; then
+	result ok serial_empty_unless_given
+else
+	result fail serial_empty_unless_given \
+		"GET_ID not empty without serial=, or not the serial= given"
+fi
+if [ $lock_rw = 1 ] && [ $lock_ro = 1 ] && [ $lock_off = 1 ]; then
+	result ok file_image_locked
+else
+	result fail file_image_locked \
+		"second writer refused: $lock_rw, reader refused: $lock_ro," \
+		"locking=off started: $lock_off (want 1 1 1)"
+fi
+# 500 reads with busy polling cost the worker about 1 ms each (it polls
+# after every completion); without it, a small part of that.
+polled=$(mark_ticks file vda vdb) unpolled=$(mark_ticks file vdb end)
+echo "# worker ticks for 500 QD1 reads: poll-us=1000 $polled, none $unpolled"
+if [ "$polled" -lt 0 ] || [ "$unpolled" -lt 0 ]; then
+	result fail file_poll_us_busy_polls "no CPU times at the guest's marks"
+elif [ "$polled" -ge $((2 * unpolled)) ] && [ $((polled - unpolled)) -ge 10 ]; then
+	result ok file_poll_us_busy_polls
+else
+	result fail file_poll_us_busy_polls \
+		"the polling device's workers took $polled ticks, the other's $unpolled"
+fi
+if [ ${#dev4k[@]} = 0 ]; then
+	result fail file_4k_direct_blk_size "no 4K-sector ext4 to put the file on"
+elif guest_ok file dio_blk_size; then
+	result ok file_4k_direct_blk_size
+else
+	result fail file_4k_direct_blk_size "the guest did not get 4K blocks, or 4K direct I/O failed"
+fi
+umount "$work/mnt4k" 2>/dev/null
+[ -n "$loopdev" ] && losetup -d "$loopdev" 2>/dev/null
+loopdev=
 
 echo "# null_blk behind intel-iommu: VIRTIO_F_ACCESS_PLATFORM, the device IOTLB"
+echo "# workers=shared, worker_pool=0: one worker only if QEMU asks for it"
 dmesg_before=$(dmesg | wc -l)
-vtd_dev=disable-legacy=on,iommu_platform=on
+vtd_dev=disable-legacy=on,iommu_platform=on,workers=shared
 kargs="intel_iommu=on"
+set_pool 0
 boot vtd viommu "" -M q35 -device intel-iommu,intremap=off \
 	-device vhost-blk-pci,path=/dev/nullb0,num-queues=2,$vtd_dev
 kargs="acpi=off"
@@ -373,6 +627,15 @@ elif splat_since "$dmesg_before"; then
 	result fail viommu_access_platform_fio_verify "a splat in this kernel's log"
 else
 	result ok viommu_access_platform_fio_verify
+fi
+sed 's/^/# worker: /' "$logs/vtd.workers"
+busy=$(awk '$2 > 0' "$logs/vtd.workers" | wc -l)
+if [ "$(wc -l <"$logs/vtd.workers")" = 1 ] && [ "$busy" = 1 ]; then
+	result ok viommu_workers_shared_one_thread
+else
+	result fail viommu_workers_shared_one_thread \
+		"want 1 worker thread with CPU time, saw $(wc -l <"$logs/vtd.workers")" \
+		"($busy busy)"
 fi
 
 echo "# tap with vhost=on, vhost-workers=per-ring"
