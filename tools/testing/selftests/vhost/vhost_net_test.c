@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -114,6 +116,99 @@ VHOST_TEST_F(net, rx_frames_reach_the_guest, 30)
 		ASSERT_EQ(0, vmm_net_check_frame(buf, len, got));
 		got++;
 	}
+}
+
+/* The state letter of /proc/<tid>/stat (R, S, D...), or 0. */
+static char thread_state(int tid)
+{
+	char path[64], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", tid);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' ? p[2] : 0;
+}
+
+static int pin(int tid, int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return sched_setaffinity(tid, sizeof(set), &set) ? -errno : 0;
+}
+
+/*
+ * A vhost-net handler that finds nothing to do busy polls for up to its
+ * ring's busyloop_timeout, on its worker, holding the paired ring's mutex (a
+ * trylock).  With the rings on separate workers, a kick of the paired ring
+ * queues that ring's handler on the other worker, where it waits for the
+ * mutex: the poller must stop for it, not run out its timeout while the
+ * other worker sleeps on the mutex (D state).  Each round kicks TX with
+ * nothing to send, so that it polls, then RX, and looks at the RX worker
+ * 20 ms later.  (RX polling, the other way round, is not exercised: the few
+ * frames the stack puts on a new tap leave RX something to receive.)
+ */
+VHOST_TEST_F(net, busy_poll_yields_to_the_paired_ring_worker, 120)
+{
+	struct vhost_vring_worker w = { .index = VMM_NET_TX,
+					.worker_id = VHOST_VRING_NEW_WORKER };
+	struct vhost_vring_state t = { .index = VMM_NET_TX, .num = 300000 };
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int rx_tid, tx_tid, round, flags, polled = 0, blocked = 0;
+	unsigned char junk[2048];
+
+	if (ncpu < 2)
+		SKIP(return, "needs 2 CPUs (the poller alone on one)");
+	ASSERT_EQ(0, ioctl(self->n.fd, VHOST_SET_VRING_WORKER, &w));
+	rx_tid = vmm_worker_tid(getpid(), 0);
+	tx_tid = vmm_worker_tid(getpid(), w.worker_id);
+	ASSERT_LT(0, rx_tid);
+	ASSERT_LT(0, tx_tid);
+	/*
+	 * The poller alone on the last CPU, so that less cuts its polling
+	 * short (need_resched()); the test and the RX worker on CPU 0.  The
+	 * harness runs each test in a child: the pinning ends with it.
+	 */
+	ASSERT_EQ(0, pin(0, 0));
+	ASSERT_EQ(0, pin(rx_tid, 0));
+	ASSERT_EQ(0, pin(tx_tid, ncpu - 1));
+	ASSERT_EQ(0, ioctl(self->n.fd, VHOST_SET_VRING_BUSYLOOP_TIMEOUT, &t));
+	flags = fcntl(self->n.tap, F_GETFL);
+	ASSERT_EQ(0, fcntl(self->n.tap, F_SETFL, flags | O_NONBLOCK));
+
+	for (round = 0; round < 20; round++) {
+		usleep(350 * 1000);	/* the last poll is over */
+		/* No RX buffers and an empty wire: nothing ends the poll. */
+		while (read(self->n.tap, junk, sizeof(junk)) > 0)
+			;
+		vmm_vq_kick(&self->n.vq[VMM_NET_TX]);
+		usleep(10 * 1000);
+		if (thread_state(tx_tid) != 'R')
+			continue;	/* not polling (any more) */
+		polled++;
+		vmm_vq_kick(&self->n.vq[VMM_NET_RX]);
+		usleep(20 * 1000);
+		if (thread_state(rx_tid) == 'D')
+			blocked++;
+	}
+	TH_LOG("TX polled in %d of 20 rounds; the RX worker blocked in %d",
+	       polled, blocked);
+	if (!polled)
+		SKIP(return, "TX was never seen busy polling");
+	EXPECT_EQ(0, blocked)
+		TH_LOG("the RX worker waited out the TX poller's trylocked mutex");
+	t.num = 0;
+	EXPECT_EQ(0, ioctl(self->n.fd, VHOST_SET_VRING_BUSYLOOP_TIMEOUT, &t));
 }
 
 /* Ring setup error paths: what a buggy or hostile VMM gets back. */
