@@ -126,8 +126,7 @@ static int vhost_blk_set_backend(VHostBlk *s, int fd)
 {
     struct vhost_blk_backend backend = { .fd = fd };
 
-    return ioctl(s->vhost_fd, VHOST_BLK_SET_BACKEND, &backend) < 0 ?
-           -errno : 0;
+    return s->dev.vhost_ops->vhost_blk_set_backend(&s->dev, &backend);
 }
 
 /* Rings the guest set up; the others were left alone by vhost_dev_start(). */
@@ -864,8 +863,14 @@ static void vhost_blk_device_realize(DeviceState *dev, Error **errp)
      * Without serial=, an empty one (all NULs): what QEMU's virtio-blk
      * answers then, and no /dev/disk/by-id name that every disk shares.
      */
-    if (ioctl(s->vhost_fd, VHOST_BLK_SET_SERIAL, &serial) < 0) {
-        error_setg_errno(errp, errno, "VHOST_BLK_SET_SERIAL failed");
+    if (!s->dev.vhost_ops->vhost_blk_set_backend ||
+        !s->dev.vhost_ops->vhost_blk_set_serial) {
+        error_setg(errp, "the vhost backend has no vhost-blk calls");
+        goto err_vhost;
+    }
+    ret = s->dev.vhost_ops->vhost_blk_set_serial(&s->dev, &serial);
+    if (ret < 0) {
+        error_setg_errno(errp, -ret, "VHOST_BLK_SET_SERIAL failed");
         goto err_vhost;
     }
 
