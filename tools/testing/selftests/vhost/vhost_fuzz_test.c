@@ -216,6 +216,7 @@ struct fz_vq {
 	bool tainted;		/* net TX: a chain may stall the ring */
 	int be;			/* net: backend of this ring, or -1 */
 	int worker;		/* worker id it is bound to, -1 unknown */
+	bool armed;		/* blk: set up (NUM, BASE, ADDR, KICK) since a detach */
 };
 
 struct fz_shadow {
@@ -986,6 +987,7 @@ static void fz_dev_reset_model(struct fuzz *f, int mem)
 		q->run = RUN_NO;
 		q->be = -1;
 		q->worker = -1;
+		q->armed = false;
 	}
 }
 
@@ -1051,7 +1053,9 @@ static bool fz_healthy(struct fuzz *f, struct fz_vq *q)
 /*
  * vhost-blk starts every ring that is set up, has a kick and no backend
  * after each successful vring ioctl and each SET_BACKEND, when the device
- * has a backend.  Model that.
+ * has a backend; a ring is set up when SET_VRING_NUM, _BASE, _ADDR or _KICK
+ * named it since the backend was last detached or the owner reset.  Model
+ * that.
  */
 static void fz_blk_trigger(struct fuzz *f)
 {
@@ -1063,7 +1067,7 @@ static void fz_blk_trigger(struct fuzz *f)
 		struct fz_vq *q = &f->vq[i];
 
 		if (q->run != RUN_NO || !q->laid || q->kick_st == KICK_NONE ||
-		    f->mem == MEM_NULL)
+		    !q->armed || f->mem == MEM_NULL)
 			continue;
 		q->run = f->iotlb || f->log_bad ? RUN_MAYBE : RUN_YES;
 		q->worker = -1;	/* the worker_pool policy may move it */
@@ -1222,6 +1226,8 @@ static void fz_set_features(struct fuzz *f, __u64 v)
 	err = fz_ioctl(f, VHOST_SET_FEATURES, &v);
 	if (unknown)
 		FZ_WANT(f, "SET_FEATURES (unknown bits)", err, EOPNOTSUPP);
+	else if (f->type == FZ_BLK && !f->owner)
+		FZ_WANT(f, "SET_FEATURES (no owner)", err, EPERM);
 	else if (v & ((1ULL << VHOST_F_LOG_ALL) | (1ULL << VIRTIO_F_ACCESS_PLATFORM)))
 		FZ_WANT(f, "SET_FEATURES (LOG_ALL or ACCESS_PLATFORM)", err, 0, EFAULT);
 	else
@@ -1505,6 +1511,7 @@ static void fz_relayout(struct fuzz *f, struct fz_vq *q, unsigned int num,
 	FZ_WANT(f, "SET_VRING_NUM (relayout)", err, f->owner ? 0 : EPERM);
 	if (err)
 		return;
+	q->armed = true;
 	s.num = base;
 	err = fz_ioctl(f, VHOST_SET_VRING_BASE, &s);
 	FZ_WANT(f, "SET_VRING_BASE (relayout)", err, 0);
@@ -1709,6 +1716,7 @@ static void fz_op_vring(struct fuzz *f)
 		if (!err) {
 			bool laid = q->laid;
 
+			q->armed = true;
 			fz_layout(f, q, q->num, s.num);
 			q->laid = laid;
 			fz_blk_trigger(f);
@@ -1774,8 +1782,10 @@ static void fz_op_vring(struct fuzz *f)
 		}
 		if (!err && a.used_user_addr != (__u64)(unsigned long)q->vr.used)
 			q->laid = false;
-		if (!err)
+		if (!err) {
+			q->armed = true;
 			fz_blk_trigger(f);
+		}
 		return;
 	case 3: case 4:		/* SET_VRING_KICK */
 		fl.fd = fz_eventfd_choice(f, q->kick, &expect, &st);
@@ -1783,6 +1793,7 @@ static void fz_op_vring(struct fuzz *f)
 		FZ_WANT(f, "SET_VRING_KICK", err, f->owner ? expect : EPERM);
 		if (!err) {
 			q->kick_st = st;
+			q->armed = true;
 			fz_blk_trigger(f);
 		}
 		return;
@@ -2220,9 +2231,14 @@ static void fz_blk_set_backend(struct fuzz *f, int kind)
 	 * not is served by the new backend, maybe already: relaxed.
 	 */
 	fz_harvest_all(f);
-	/* Attached rings take the new file; detaching stops them all. */
-	for (i = 0; i < f->ndrv && f->be < 0; i++)
+	/*
+	 * Attached rings take the new file; detaching stops them all, and
+	 * they start again only once set up again.
+	 */
+	for (i = 0; i < f->ndrv && f->be < 0; i++) {
 		f->vq[i].run = RUN_NO;
+		f->vq[i].armed = false;
+	}
 	fz_blk_trigger(f);
 }
 
@@ -3389,6 +3405,7 @@ static void fz_op_repair(struct fuzz *f)
 		err = fz_ioctl(f, VHOST_SET_VRING_KICK, &fl);
 		FZ_WANT(f, "SET_VRING_KICK (repair)", err, 0);
 		q->kick_st = KICK_MINE;
+		q->armed = true;
 		fl.fd = q->call;
 		err = fz_ioctl(f, VHOST_SET_VRING_CALL, &fl);
 		FZ_WANT(f, "SET_VRING_CALL (repair)", err, 0);
