@@ -552,8 +552,9 @@ on_mark_resize() {
 		sed 's/^/# qmp: /'
 }
 lock_rw=0 lock_ro=0 lock_off=0
-boot file files files_hook \
-	-device "vhost-blk-pci,path=$work/disk.img,num-queues=2,direct=off,poll-us=1000,serial=vmqt-file0" \
+disk1="vhost-blk-pci,path=$work/disk.img,num-queues=2,direct=off"
+disk1="$disk1,poll-us=1000,serial=vmqt-file0"
+boot file files files_hook -device "$disk1" \
 	-device "vhost-blk-pci,path=$work/disk2.img,num-queues=2,direct=off,id=disk2" \
 	"${dev4k[@]}" -qmp "unix:$work/file.qmp,server=on,wait=off"
 if guest_ok file fio_verify; then
@@ -603,7 +604,8 @@ if [ ${#dev4k[@]} = 0 ]; then
 elif guest_ok file dio_blk_size; then
 	result ok file_4k_direct_blk_size
 else
-	result fail file_4k_direct_blk_size "the guest did not get 4K blocks, or 4K direct I/O failed"
+	result fail file_4k_direct_blk_size \
+		"the guest did not get 4K blocks, or 4K direct I/O failed"
 fi
 umount "$work/mnt4k" 2>/dev/null
 [ -n "$loopdev" ] && losetup -d "$loopdev" 2>/dev/null
