@@ -112,17 +112,6 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static int write_str(const char *path, const char *s)
-{
-	int fd = open(path, O_WRONLY), r;
-
-	if (fd < 0)
-		return -errno;
-	r = write(fd, s, strlen(s)) < 0 ? -errno : 0;
-	close(fd);
-	return r;
-}
-
 static int read_str(const char *path, char *buf, size_t len)
 {
 	int fd = open(path, O_RDONLY);
@@ -2048,7 +2037,10 @@ VHOST_TEST_F(hard, detached_ring_stays_stopped_until_set_up, 30)
 	close(check);
 }
 
-/* Answer the device's IOTLB misses for up to @ms, until @vq has a used entry. */
+/*
+ * Answer the device's IOTLB misses for up to @ms (with @until_used, only
+ * until ring 0 has a used entry): the number answered.
+ */
 static int answer_misses(struct ctx *c, int ms, bool until_used)
 {
 	struct vhost_msg_v2 msg;
@@ -2131,6 +2123,38 @@ static int evicted_completion(struct __test_metadata *_metadata, struct ctx *c)
 }
 
 /*
+ * Time @op, which must not wait for the VMM to answer a miss: a rescuer
+ * thread answers after 5 s should it hang.  @answered: what the rescuer
+ * had to answer (0 when @op returned in time).
+ */
+static double time_without_answers(struct __test_metadata *_metadata, struct ctx *c,
+				   int (*op)(struct ctx *c), int *answered)
+{
+	struct rescuer res = { .c = c };
+	pthread_t th;
+	double t0, took;
+
+	ASSERT_EQ(0, pthread_create(&th, NULL, rescuer, &res));
+	t0 = now_s();
+	EXPECT_EQ(0, op(c));
+	took = now_s() - t0;
+	__atomic_store_n(&res.done, true, __ATOMIC_RELEASE);
+	pthread_join(th, NULL);
+	*answered = res.answered;
+	return took;
+}
+
+static int invalidate_elsewhere(struct ctx *c)
+{
+	return iotlb_msg(c->b.fd, VHOST_IOTLB_INVALIDATE, 1ULL << 40, 4096, NULL);
+}
+
+static int detach(struct ctx *c)
+{
+	return vmm_blk_set_backend(&c->b, -1);
+}
+
+/*
  * 5. A VMM that answers IOTLB misses from the thread that sends
  * invalidations (QEMU's main loop) is not hung by an invalidation while a
  * completion waits for a miss: the write returns at once, then the VMM
@@ -2140,21 +2164,14 @@ static int evicted_completion(struct __test_metadata *_metadata, struct ctx *c)
 VHOST_TEST_F(hard, iotlb_invalidate_never_waits_for_a_miss, 60)
 {
 	struct ctx *c = &self->c;
-	struct rescuer res = { .c = c };
-	pthread_t th;
-	double t0, took;
-	int r = evicted_completion(_metadata, c);
+	int r = evicted_completion(_metadata, c), answered;
+	double took;
 
 	if (r)
 		SKIP(return, "no configfs null_blk: %s", strerror(-r));
-	ASSERT_EQ(0, pthread_create(&th, NULL, rescuer, &res));
-	t0 = now_s();
-	EXPECT_EQ(0, iotlb_msg(c->b.fd, VHOST_IOTLB_INVALIDATE, 1ULL << 40, 4096, NULL));
-	took = now_s() - t0;
-	__atomic_store_n(&res.done, true, __ATOMIC_RELEASE);
-	pthread_join(th, NULL);
+	took = time_without_answers(_metadata, c, invalidate_elsewhere, &answered);
 	EXPECT_GT(1.0, took) TH_LOG("the invalidation took %.2f s", took);
-	EXPECT_EQ(0, res.answered) TH_LOG("the VMM would have hung: another thread answered");
+	EXPECT_EQ(0, answered) TH_LOG("the VMM would have hung: another thread answered");
 	answer_misses(c, 10000, true);
 	EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_reap(&c->b, 0, NULL, NULL, 1000));
 }
@@ -2167,21 +2184,14 @@ VHOST_TEST_F(hard, iotlb_invalidate_never_waits_for_a_miss, 60)
 VHOST_TEST_F(hard, detach_never_waits_for_a_miss, 60)
 {
 	struct ctx *c = &self->c;
-	struct rescuer res = { .c = c };
-	pthread_t th;
-	double t0, took;
-	int r = evicted_completion(_metadata, c);
+	int r = evicted_completion(_metadata, c), answered;
+	double took;
 
 	if (r)
 		SKIP(return, "no configfs null_blk: %s", strerror(-r));
-	ASSERT_EQ(0, pthread_create(&th, NULL, rescuer, &res));
-	t0 = now_s();
-	EXPECT_EQ(0, vmm_blk_set_backend(&c->b, -1));
-	took = now_s() - t0;
-	__atomic_store_n(&res.done, true, __ATOMIC_RELEASE);
-	pthread_join(th, NULL);
+	took = time_without_answers(_metadata, c, detach, &answered);
 	EXPECT_GT(1.0, took) TH_LOG("the detach took %.2f s", took);
-	EXPECT_EQ(0, res.answered) TH_LOG("the VMM would have hung: another thread answered");
+	EXPECT_EQ(0, answered) TH_LOG("the VMM would have hung: another thread answered");
 }
 
 /*

@@ -444,6 +444,20 @@ result() {	# ok|fail CASE [why...]
 		fail=$((fail + 1))
 	fi
 }
+
+# CASE: boot BOOT's worker log lists exactly WANT threads, each with CPU time.
+workers_busy() {	# CASE BOOT WANT
+	local log=$logs/$2.workers threads busy
+
+	sed 's/^/# worker: /' "$log"
+	threads=$(wc -l <"$log")
+	busy=$(awk '$2 > 0' "$log" | wc -l)
+	if [ "$threads" = "$3" ] && [ "$busy" = "$3" ]; then
+		result ok "$1"
+	else
+		result fail "$1" "want $3 worker thread(s) with CPU time, saw $threads ($busy busy)"
+	fi
+}
 # The console ends its lines with CR LF.
 guest_ok() { tr -d '\r' <"$logs/$1.log" | grep -aq "^VMQT: ok $2\$"; }
 # A splat in this kernel's log after its first $1 lines.
@@ -465,15 +479,7 @@ if guest_ok nullb queues_2 && guest_ok nullb fio_verify; then
 else
 	result fail nullb_two_queues_fio_verify "no /dev/vda with 2 queues, or fio failed"
 fi
-sed 's/^/# worker: /' "$logs/nullb.workers"
-busy=$(awk '$2 > 0' "$logs/nullb.workers" | wc -l)
-if [ "$(wc -l <"$logs/nullb.workers")" = 2 ] && [ "$busy" = 2 ]; then
-	result ok nullb_worker_per_queue
-else
-	result fail nullb_worker_per_queue \
-		"want 2 worker threads with CPU time, saw $(wc -l <"$logs/nullb.workers")" \
-		"($busy busy)"
-fi
+workers_busy nullb_worker_per_queue nullb 2
 if guest_ok nullb reboot_verify && guest_ok nullb reboot_io; then
 	result ok nullb_reboot_then_io
 else
@@ -630,15 +636,7 @@ elif splat_since "$dmesg_before"; then
 else
 	result ok viommu_access_platform_fio_verify
 fi
-sed 's/^/# worker: /' "$logs/vtd.workers"
-busy=$(awk '$2 > 0' "$logs/vtd.workers" | wc -l)
-if [ "$(wc -l <"$logs/vtd.workers")" = 1 ] && [ "$busy" = 1 ]; then
-	result ok viommu_workers_shared_one_thread
-else
-	result fail viommu_workers_shared_one_thread \
-		"want 1 worker thread with CPU time, saw $(wc -l <"$logs/vtd.workers")" \
-		"($busy busy)"
-fi
+workers_busy viommu_workers_shared_one_thread vtd 1
 
 echo "# tap with vhost=on, vhost-workers=per-ring"
 tap=vmqtap$$

@@ -147,4 +147,16 @@ static inline const char *vhost_net_unusable(void)
 	return why;
 }
 
+/* Write @s to the sysfs, procfs or debugfs file @path: 0 or -errno. */
+static inline int write_str(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY), r;
+
+	if (fd < 0)
+		return -errno;
+	r = write(fd, s, strlen(s)) < 0 ? -errno : 0;
+	close(fd);
+	return r;
+}
+
 #endif

@@ -473,17 +473,6 @@ static void *set_owner_and_exit(void *arg)
 	return NULL;
 }
 
-static int write_str(const char *path, const char *s)
-{
-	int fd = open(path, O_WRONLY), r;
-
-	if (fd < 0)
-		return -errno;
-	r = write(fd, s, strlen(s)) < 0 ? -errno : 0;
-	close(fd);
-	return r;
-}
-
 static int read_line(const char *path, char *buf, int len)
 {
 	FILE *f = fopen(path, "r");
