@@ -19,7 +19,7 @@
 #       /dev/nullb0: the guest sees /dev/vda with 2 queues, fio (2 jobs, one
 #       per vCPU, random writes with crc32c, read back and verified) passes;
 #   nullb_worker_per_queue       meanwhile each ring's vhost worker thread
-#       (vhost-<qemu pid>, vhost-<qemu pid>-1) did work here, with
+#       (vhost-<qemu pid>, vhost-<qemu pid>-1) woke for that fio, with
 #       worker_pool=1 (the kernel alone would put both rings on one
 #       worker: the second comes from QEMU's workers=per-queue);
 #   nullb_reboot_then_io         the guest reboots (device reset, rings
@@ -57,10 +57,22 @@
 #   viommu_workers_shared_one_thread  that device has workers=shared, with
 #       worker_pool=0 (the kernel alone would give ring 1 a worker): one
 #       worker thread did all the work;
+#   viommu_iotlb_overflow_then_stop  then four 4 MiB writes in flight (4096
+#       pages, twice vhost's max_iotlb_entries: the rings' translations
+#       are evicted and completions miss) with the guest's lazy flushes
+#       meanwhile: fio verify passes, QEMU stops on SIGTERM within 20 s
+#       and this kernel's log stays clean;
+#   default_num_queues_per_vcpu  4 vCPUs, vhost-blk-pci without num-queues:
+#       the guest sees 4 queues, fio verify (4 jobs, one per vCPU) passes;
+#   default_num_queues_worker_per_queue  with worker_pool=1, 4 worker
+#       threads, each woke for that fio;
 #   tap_per_ring_workers_ping    -netdev tap,vhost=on,vhost-workers=per-ring:
-#       the guest and this machine ping each other over the tap, and both
+#       the guest and this machine ping each other over the tap (20
+#       pings of 1400 bytes), and both
 #       of the queue pair's vhost workers (RX on vhost-<pid>, TX on
-#       vhost-<pid>-1) did work.
+#       vhost-<pid>-1) woke for the pings (context switches while the
+#       guest pinged: CPU ticks are sampled, and an RX ring's few packets
+#       may cost none).
 # Exit 0 when every case passes, 1 otherwise, 4 when skipped (kselftest).
 set -u
 me=$(readlink -f "$0")
@@ -76,7 +88,7 @@ if [ "${1:-}" = --guest ]; then
 		[ -b $vd ] || { say "fail no $vd"; say done; exit 1; }
 		say "info $vd: $(cat /sys/block/vda/size) sectors," \
 			"$(ls /sys/block/vda/mq | wc -l) queue(s)"
-		[ "$(ls /sys/block/vda/mq | wc -l)" = 2 ] && say "ok queues_2"
+		say "ok queues_$(ls /sys/block/vda/mq | wc -l)"
 		# GET_ID: empty without serial=, as QEMU's virtio-blk answers.
 		ser=$(cat /sys/block/vda/serial 2>/dev/null)
 		say "info serial '$ser'"
@@ -89,14 +101,21 @@ if [ "${1:-}" = --guest ]; then
 		stage=$(dd if=$vd bs=512 skip=$marker_off count=1 2>/dev/null |
 			tr -dc 'A-Z0-9')
 	fi
+	ncpu=$(nproc)
+	# fio verify, one job per vCPU.  The first job of a boot runs
+	# between the marks "io" and "iodone": the host counts which
+	# workers woke in between.
 	fiojob() {	# rw [extra...]
-		local rw=$1
+		local rw=$1 rc=0
 		shift
+		[ -e /tmp/io-marked ] || { say "mark io"; sleep 1; }
 		fio --name=v --filename=$vd --direct=1 --ioengine=psync --rw="$rw" \
-			--bs=4k --size=2M --numjobs=2 --offset_increment=2M \
-			--cpus_allowed=0-1 --cpus_allowed_policy=split \
+			--bs=4k --size=2M --numjobs="$ncpu" --offset_increment=2M \
+			--cpus_allowed=0-$((ncpu - 1)) --cpus_allowed_policy=split \
 			--verify=crc32c --verify_fatal=1 --randseed=1234 \
-			--group_reporting "$@" >/tmp/fio.log 2>&1
+			--group_reporting "$@" >/tmp/fio.log 2>&1 || rc=$?
+		[ -e /tmp/io-marked ] || { say "mark iodone"; sleep 1; : >/tmp/io-marked; }
+		return $rc
 	}
 	case $mode in
 	files)
@@ -235,6 +254,27 @@ if [ "${1:-}" = --guest ]; then
 		else
 			say "fail fio_verify"; sed 's/^/VMQT: # /' /tmp/fio.log
 		fi
+		# More pages in flight than the device IOTLB holds (vhost's
+		# max_iotlb_entries, 2048): four 4 MiB writes, 4096 pages
+		# mapped before the first completes, then read back.  The
+		# rings' translations are evicted, completions miss, and the
+		# guest's lazy flushes (sent by a vCPU under QEMU's big lock)
+		# must not wait for misses only QEMU's main loop answers.
+		if fio --name=big --filename=$vd --direct=1 --ioengine=libaio \
+			--iodepth=4 --rw=write --bs=4M --size=16M --offset=16M \
+			--verify=crc32c --verify_fatal=1 >/tmp/fio.log 2>&1; then
+			say "ok iotlb_overflow"
+		else
+			say "fail iotlb_overflow"; sed 's/^/VMQT: # /' /tmp/fio.log
+		fi
+		;;
+	mq)
+		# Default num-queues: one per vCPU.
+		if fiojob randwrite --size=1M; then
+			say "ok fio_verify"
+		else
+			say "fail fio_verify"; sed 's/^/VMQT: # /' /tmp/fio.log
+		fi
 		;;
 	net)
 		busybox ip addr add 10.99.0.2/24 dev eth0 &&
@@ -244,11 +284,19 @@ if [ "${1:-}" = --guest ]; then
 		res="fail no answer from 10.99.0.1 within 60 s"
 		for i in $(seq 1 60); do
 			busybox ping -c 1 -W 1 10.99.0.1 >/dev/null 2>&1 || continue
-			if busybox ping -c 10 -s 1400 -W 5 10.99.0.1 >/tmp/ping.log 2>&1; then
+			# The host notes the workers' context switches at
+			# each mark (late by a second or two under TCG): 20
+			# pings, 1 s apart, wake both rings' workers about
+			# 20 times in between.
+			say "mark pings"
+			sleep 3
+			if busybox ping -c 20 -s 1400 -W 5 10.99.0.1 >/tmp/ping.log 2>&1; then
 				res=ok
 			else
 				res="fail $(grep -a transmitted /tmp/ping.log)"
 			fi
+			say "mark pinged"
+			sleep 3
 			break
 		done
 		say "$res ping"
@@ -269,6 +317,8 @@ cases=(nullb_two_queues_fio_verify nullb_worker_per_queue nullb_reboot_then_io
        serial_empty_unless_given
        file_image_locked file_poll_us_busy_polls file_4k_direct_blk_size
        viommu_access_platform_fio_verify viommu_workers_shared_one_thread
+       viommu_iotlb_overflow_then_stop
+       default_num_queues_per_vcpu default_num_queues_worker_per_queue
        tap_per_ring_workers_ping)
 echo "TAP version 13"
 echo "1..${#cases[@]}"
@@ -359,18 +409,21 @@ IFS=: read -ra fwdirs <<<"$fw"
 for d in "${fwdirs[@]}"; do fwargs+=(-L "$d"); done
 
 # The guest kernel's own arguments besides console and mode: no ACPI (and
-# so no IOMMU) unless a case says otherwise.
+# so no IOMMU) unless a case says otherwise; 2 vCPUs unless a case says
+# otherwise.
 kargs="acpi=off"
+smp=2
 
-# The vhost workers of the qemu $qpid: "NAME TICKS" (utime + stime, clock
-# ticks) for each.
+# The vhost workers of the qemu $qpid: "NAME TICKS SWITCHES" for each
+# (utime + stime in clock ticks; voluntary + involuntary context switches).
 workers_cpu() {
 	local t c
 	for t in /proc/[0-9]*; do
 		c=$(cat "$t/comm" 2>/dev/null) || continue
 		case $c in
 		vhost-$qpid|vhost-$qpid-*)
-			echo "$c $(awk '{ print $14 + $15 }' "$t/stat")" ;;
+			echo "$c $(awk '{ print $14 + $15 }' "$t/stat")" \
+				"$(awk '/ctxt_switches/ { s += $2 } END { print s + 0 }' "$t/status")" ;;
 		esac
 	done
 }
@@ -394,7 +447,7 @@ boot() {
 	local name=$1 mode=$2 hook=$3 log=$logs/$1.log hooked=0 i m
 	shift 3
 	: >"$log"
-	"$qemu" -accel tcg,tb-size=64 -smp 2,sockets=2,cores=1,threads=1 -m 512M \
+	"$qemu" -accel tcg,tb-size=64 -smp "$smp,sockets=$smp,cores=1,threads=1" -m 512M \
 		-nographic -nodefaults \
 		-serial "file:$log" "${fwargs[@]}" \
 		-kernel "$kernel" -initrd "$work/initrd.cpio" \
@@ -403,13 +456,14 @@ boot() {
 	qpid=$!
 	echo "# $name: qemu started at $(date +%T)"
 	for i in $(seq 1 1200); do
-		grep -q "^VMQT: done" "$log" && break
-		kill -0 $qpid 2>/dev/null || break
+		# Marks first: the last may come just before "done".
 		for m in $(tr -d '\r' <"$log" | sed -n 's/^VMQT: mark \([a-z0-9]*\)$/\1/p'); do
 			[ -e "$logs/$name.mark-$m" ] && continue
 			workers_cpu >"$logs/$name.mark-$m"
 			! declare -F "on_mark_$m" >/dev/null || "on_mark_$m"
 		done
+		grep -q "^VMQT: done" "$log" && break
+		kill -0 $qpid 2>/dev/null || break
 		if [ -n "$hook" ] && [ $hooked = 0 ] && grep -q "^VMQT: hook" "$log"; then
 			$hook
 			hooked=1
@@ -424,8 +478,11 @@ boot() {
 	# Every vhost worker of this qemu, with its CPU time, while the
 	# device still exists.
 	workers_cpu >"$logs/$name.workers"
+	# QEMU stops the device on SIGTERM (SET_BACKEND -1, rings
+	# stopped): NAME.killed says it needed SIGKILL.
 	kill -TERM $qpid 2>/dev/null
 	for i in $(seq 1 40); do kill -0 $qpid 2>/dev/null || break; sleep 0.5; done
+	kill -0 $qpid 2>/dev/null && : >"$logs/$name.killed"
 	kill -KILL $qpid 2>/dev/null
 	wait $qpid 2>/dev/null
 	sed 's/^/# qemu: /' "$logs/$name.qemu"
@@ -445,17 +502,24 @@ result() {	# ok|fail CASE [why...]
 	fi
 }
 
-# CASE: boot BOOT's worker log lists exactly WANT threads, each with CPU time.
-workers_busy() {	# CASE BOOT WANT
-	local log=$logs/$2.workers threads busy
+# CASE: boot BOOT's worker log lists exactly WANT threads, and each woke
+# at least 5 times between its marks M1 and M2 (default "io" and "iodone",
+# around the guest's first fio job).  Context switches, not CPU ticks: a
+# tick is sampled, and a worker's share of a short job may cost none.
+workers_busy() {	# CASE BOOT WANT [M1 M2]
+	local log=$logs/$2.workers m1=$logs/$2.mark-${4:-io} m2=$logs/$2.mark-${5:-iodone}
+	local threads busy
 
 	sed 's/^/# worker: /' "$log"
 	threads=$(wc -l <"$log")
-	busy=$(awk '$2 > 0' "$log" | wc -l)
+	cat "$m1" "$m2" 2>/dev/null | awk '{ d[$1] = $3 - d[$1] } END {
+		for (w in d) print w, d[w] }' >"$log.woke"
+	sed 's/^/# woke between the marks: /' "$log.woke"
+	busy=$(awk '$2 >= 5' "$log.woke" | wc -l)
 	if [ "$threads" = "$3" ] && [ "$busy" = "$3" ]; then
 		result ok "$1"
 	else
-		result fail "$1" "want $3 worker thread(s) with CPU time, saw $threads ($busy busy)"
+		result fail "$1" "want $3 worker thread(s) that woke for I/O, saw $threads ($busy woke)"
 	fi
 }
 # The console ends its lines with CR LF.
@@ -637,6 +701,29 @@ else
 	result ok viommu_access_platform_fio_verify
 fi
 workers_busy viommu_workers_shared_one_thread vtd 1
+if ! guest_ok vtd iotlb_overflow; then
+	result fail viommu_iotlb_overflow_then_stop \
+		"fio of 4096 pages in flight failed behind the vIOMMU"
+elif [ -e "$logs/vtd.killed" ]; then
+	result fail viommu_iotlb_overflow_then_stop \
+		"QEMU did not stop within 20 s of SIGTERM (a ring waiting on an IOTLB miss?)"
+elif splat_since "$dmesg_before"; then
+	result fail viommu_iotlb_overflow_then_stop "a splat in this kernel's log"
+else
+	result ok viommu_iotlb_overflow_then_stop
+fi
+
+echo "# 4 vCPUs, the default num-queues, worker_pool=1"
+set_pool 1
+smp=4
+boot mq4 mq "" -device vhost-blk-pci,path=/dev/nullb0
+smp=2
+if guest_ok mq4 queues_4 && guest_ok mq4 fio_verify; then
+	result ok default_num_queues_per_vcpu
+else
+	result fail default_num_queues_per_vcpu "no /dev/vda with 4 queues, or fio failed"
+fi
+workers_busy default_num_queues_worker_per_queue mq4 4
 
 echo "# tap with vhost=on, vhost-workers=per-ring"
 tap=vmqtap$$
@@ -644,16 +731,10 @@ tapup() { busybox ip addr add 10.99.0.1/24 dev $tap && busybox ip link set $tap 
 boot tap net tapup \
 	-netdev tap,id=n0,ifname=$tap,script=no,downscript=no,vhost=on,vhost-workers=per-ring \
 	-device virtio-net-pci,netdev=n0,romfile=
-sed 's/^/# worker: /' "$logs/tap.workers"
-busy=$(awk '$2 > 0' "$logs/tap.workers" | wc -l)
-if ! guest_ok tap ping; then
-	result fail tap_per_ring_workers_ping "no ping over the tap"
-elif [ "$(wc -l <"$logs/tap.workers")" != 2 ] || [ "$busy" != 2 ]; then
-	result fail tap_per_ring_workers_ping \
-		"want 2 worker threads with CPU time, saw $(wc -l <"$logs/tap.workers")" \
-		"($busy busy)"
+if guest_ok tap ping; then
+	workers_busy tap_per_ring_workers_ping tap 2 pings pinged
 else
-	result ok tap_per_ring_workers_ping
+	result fail tap_per_ring_workers_ping "no ping over the tap"
 fi
 
 echo "# Totals: pass:$pass fail:$fail xfail:0 xpass:0 skip:0 error:0"
