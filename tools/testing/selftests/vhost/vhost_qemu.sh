@@ -61,7 +61,12 @@
 #       pages, twice vhost's max_iotlb_entries: the rings' translations
 #       are evicted and completions miss) with the guest's lazy flushes
 #       meanwhile: fio verify passes, QEMU stops on SIGTERM within 20 s
-#       and this kernel's log stays clean;
+#       and this kernel's log stays clean.  A stress case: the deadlock of
+#       issue 21 item 5 also needs a guest flush to arrive while a
+#       completion waits for a miss, which this makes possible but does
+#       not force (it passed on the kernel before the fix, lazy and
+#       strict flushes alike); vhost_blk_hardening_test's
+#       iotlb_invalidate_never_waits_for_a_miss forces it;
 #   default_num_queues_per_vcpu  4 vCPUs, vhost-blk-pci without num-queues:
 #       the guest sees 4 queues, fio verify (4 jobs, one per vCPU) passes;
 #   default_num_queues_worker_per_queue  with worker_pool=1, 4 worker
