@@ -6,7 +6,7 @@
 # Everything else is for developers; see README.md.
 
 .PHONY: bench check deps lay kernel-debug kernel-release selftests vm-shell \
-	checkpatch sparse series series-check help
+	checkpatch sparse series series-check bench-against help
 
 bench:
 	vmq/bench $(BENCH_ARGS)
@@ -46,6 +46,10 @@ series-check:
 
 sparse:
 	vmq/sparse
+
+# make bench-against REV=67fe24f: this tree's vhost-blk against REV's, one run.
+bench-against:
+	vmq/bench-against $(REV)
 
 help:
 	@sed -n 's/^#   //p' Makefile
