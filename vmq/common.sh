@@ -7,33 +7,61 @@
 
 VMQ_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VMQ_CACHE_ROOT=${VMQ_CACHE:-/var/cache/vhost-mq}
-VMQ_SRC_PKG=linux-source-6.1
-VMQ_SRC_TARBALL=/usr/src/linux-source-6.1.tar.xz
-VMQ_EXPECT_VERSION=6.1
 VMQ_JOBS=${VMQ_JOBS:-$(nproc)}
 
 die() { echo "vmq: error: $*" >&2; exit 1; }
 say() { echo "vmq: $*" >&2; }
 
+# The base tree, VMQ_BASE (default 6.1):
+#   6.1  linux-source-6.1 installed by apt (make deps) from bookworm,
+#        the series in patches/
+#   7.3  linux-source-7.3 from trixie-backports, fetched by vmq/deps with a
+#        private apt configuration and extracted, never installed; the
+#        series in patches-7.3/.  Our new files (drivers/vhost/blk.c, the
+#        uapi header, docs, selftests) need the 6.1 series' core API, which
+#        7.3 does not have yet: vmq/lay lays them only with VMQ_LAY_NEW=1.
+VMQ_BASE=${VMQ_BASE:-6.1}
+case $VMQ_BASE in
+6.1)
+	VMQ_SRC_TARBALL=/usr/src/linux-source-6.1.tar.xz
+	VMQ_PATCHES=$VMQ_REPO/patches
+	VMQ_LAY_NEW=${VMQ_LAY_NEW:-1} ;;
+7.3)
+	VMQ_SRC_TARBALL=
+	VMQ_PATCHES=$VMQ_REPO/patches-7.3
+	VMQ_LAY_NEW=${VMQ_LAY_NEW:-0} ;;
+*) die "VMQ_BASE=$VMQ_BASE: known bases are 6.1 and 7.3" ;;
+esac
+VMQ_SRC_PKG=linux-source-$VMQ_BASE
+VMQ_EXPECT_VERSION=$VMQ_BASE
+# 7.3: the version vmq/deps fetched, written once its tree is extracted.
+VMQ_SRC_VERSION_FILE=$VMQ_CACHE_ROOT/$VMQ_SRC_PKG.version
+
 # The package version is the cache key.
 vmq_src_version() {
-	dpkg-query -W -f='${Version}' "$VMQ_SRC_PKG" 2>/dev/null
+	if [ -n "$VMQ_SRC_TARBALL" ]; then
+		dpkg-query -W -f='${Version}' "$VMQ_SRC_PKG" 2>/dev/null
+	else
+		cat "$VMQ_SRC_VERSION_FILE" 2>/dev/null
+	fi
 }
 
 vmq_set_paths() {
 	local v
 	v=$(vmq_src_version)
-	[ -n "$v" ] || die "$VMQ_SRC_PKG is not installed (run: make deps)"
+	[ -n "$v" ] ||
+		die "$VMQ_SRC_PKG is neither installed nor fetched (run: VMQ_BASE=$VMQ_BASE make deps)"
 	VMQ_KEY=$v
 	VMQ_DIR=$VMQ_CACHE_ROOT/$VMQ_KEY
 	VMQ_PRISTINE=$VMQ_DIR/pristine
 	VMQ_TREE=$VMQ_DIR/tree
-	VMQ_LOCK=$VMQ_DIR/.lock
+	# One lock for all bases.
+	VMQ_LOCK=$VMQ_CACHE_ROOT/.lock
 }
 
 vmq_build_dir() { echo "$VMQ_DIR/build-$1"; }
 
-# Serialise builds: two kernel builds on two cores thrash.
+# Serialise builds, of any base: two kernel builds on two cores thrash.
 vmq_lock() {
 	mkdir -p "$VMQ_DIR"
 	exec 9>"$VMQ_LOCK"
