@@ -725,6 +725,23 @@ static u8 vhost_blk_discard_zeroes(struct file *file, struct iov_iter *from,
 }
 
 /*
+ * Whether every page of @bio is dirty.  A guest's memory is read into again
+ * and again, so its pages mostly are: the checks below then cost one pass
+ * over the bio_vecs, not the page lock of bio_set_pages_dirty() and the
+ * extra pass of bio_check_pages_dirty().
+ */
+static bool vhost_blk_pages_dirty(struct bio *bio)
+{
+	struct bvec_iter_all iter_all;
+	struct bio_vec *bvec;
+
+	bio_for_each_segment_all(bvec, bio, iter_all)
+		if (!PageDirty(bvec->bv_page) && !PageCompound(bvec->bv_page))
+			return false;
+	return true;
+}
+
+/*
  * The bio is freed here, not when the request is returned: it comes from
  * fs_bio_set's mempool, which the ring's worker allocates from, and an
  * element only the worker could give back would leave it waiting for
@@ -738,7 +755,7 @@ static void vhost_blk_bio_end_io(struct bio *bio)
 	struct vhost_blk_req *req = bio->bi_private;
 	u8 status = bio->bi_status ? VIRTIO_BLK_S_IOERR : VIRTIO_BLK_S_OK;
 
-	if (req->is_read) {
+	if (req->is_read && !vhost_blk_pages_dirty(bio)) {
 		bio_check_pages_dirty(bio);
 	} else {
 		bio_release_pages(bio, false);
@@ -819,9 +836,10 @@ static bool vhost_blk_bio_rw(struct vhost_blk_req *req, struct file *file,
 		bio_put(bio);
 		return false;
 	}
-	if (req->is_read)
+	/* As bio_set_pages_dirty(), without locking pages already dirty. */
+	if (req->is_read && !vhost_blk_pages_dirty(bio))
 		bio_set_pages_dirty(bio);
-	else
+	else if (!req->is_read)
 		req->invalidate = true;
 	req->file = file;
 	req->pos = pos;
