@@ -104,14 +104,6 @@ static bool is_zero(const void *buf, size_t len)
 	return len == 0 || (p[0] == 0 && !memcmp(p, p + 1, len - 1));
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static int read_str(const char *path, char *buf, size_t len)
 {
 	int fd = open(path, O_RDONLY);

@@ -408,14 +408,6 @@ VHOST_TEST_F(dev, set_vring_worker_efault_binds_nothing, 30)
 	munmap(w, page);
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* Seconds that @n round trips of ring @ring between workers 0 and @a take. */
 static double rebind_time(int fd, unsigned int ring, unsigned int a, int n)
 {
