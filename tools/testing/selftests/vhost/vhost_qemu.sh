@@ -428,7 +428,8 @@ workers_cpu() {
 		case $c in
 		vhost-$qpid|vhost-$qpid-*)
 			echo "$c $(awk '{ print $14 + $15 }' "$t/stat")" \
-				"$(awk '/ctxt_switches/ { s += $2 } END { print s + 0 }' "$t/status")" ;;
+				"$(awk '/ctxt_switches/ { s += $2 } END { print s + 0 }' \
+					"$t/status")" ;;
 		esac
 	done
 }
@@ -524,7 +525,8 @@ workers_busy() {	# CASE BOOT WANT [M1 M2]
 	if [ "$threads" = "$3" ] && [ "$busy" = "$3" ]; then
 		result ok "$1"
 	else
-		result fail "$1" "want $3 worker thread(s) that woke for I/O, saw $threads ($busy woke)"
+		result fail "$1" \
+			"want $3 worker thread(s) that woke for I/O, saw $threads ($busy woke)"
 	fi
 }
 # The console ends its lines with CR LF.
