@@ -836,11 +836,11 @@ static bool vhost_blk_bio_rw(struct vhost_blk_req *req, struct file *file,
 		bio_put(bio);
 		return false;
 	}
-	/* As bio_set_pages_dirty(), without locking pages already dirty. */
-	if (req->is_read && !vhost_blk_pages_dirty(bio))
-		bio_set_pages_dirty(bio);
-	else if (!req->is_read)
+	if (!req->is_read)
 		req->invalidate = true;
+	else if (!vhost_blk_pages_dirty(bio))
+		/* As bio_set_pages_dirty(), without locking pages already dirty. */
+		bio_set_pages_dirty(bio);
 	req->file = file;
 	req->pos = pos;
 	submit_bio(bio);
