@@ -7,7 +7,7 @@
 #ifndef VHOST_BLK_LIB_H
 #define VHOST_BLK_LIB_H
 
-#include <linux/vhost_blk.h>
+#include <linux/vhost.h>
 #include <linux/virtio_blk.h>
 #include <stdalign.h>
 #include "vhost_vmm.h"

@@ -63,7 +63,6 @@
 #include <linux/if_tun.h>
 #include <linux/types.h>
 #include <linux/vhost.h>
-#include <linux/vhost_blk.h>
 #include <linux/virtio_blk.h>
 #include <linux/virtio_config.h>
 #include <linux/virtio_net.h>
