@@ -17,9 +17,11 @@ say() { echo "vmq: $*" >&2; }
 #        the series in patches/
 #   7.3  linux-source-7.3 from trixie-backports, fetched by vmq/deps with a
 #        private apt configuration and extracted, never installed; the
-#        series in patches-7.3/.  Our new files (drivers/vhost/blk.c, the
-#        uapi header, docs, selftests) need the 6.1 series' core API, which
-#        7.3 does not have yet: vmq/lay lays them only with VMQ_LAY_NEW=1.
+#        series in patches-7.3/.
+# Our new files (drivers/vhost/blk.c, docs, selftests) are laid on both
+# bases unless VMQ_LAY_NEW=0.  On this branch blk.c is written against
+# 7.3's API and the uapi lives in patches-7.3/0007: the 6.1 base does not
+# build until its backport patch exists.
 VMQ_BASE=${VMQ_BASE:-6.1}
 case $VMQ_BASE in
 6.1)
@@ -29,7 +31,7 @@ case $VMQ_BASE in
 7.3)
 	VMQ_SRC_TARBALL=
 	VMQ_PATCHES=$VMQ_REPO/patches-7.3
-	VMQ_LAY_NEW=${VMQ_LAY_NEW:-0} ;;
+	VMQ_LAY_NEW=${VMQ_LAY_NEW:-1} ;;
 *) die "VMQ_BASE=$VMQ_BASE: known bases are 6.1 and 7.3" ;;
 esac
 VMQ_SRC_PKG=linux-source-$VMQ_BASE
