@@ -37,6 +37,13 @@ struct vmm_blk {
 int vmm_blk_open(struct vmm_blk *b, unsigned int nq, unsigned int qsize,
 		 uint64_t features, size_t mem_size);
 /*
+ * vmm_blk_open() with VHOST_SET_FORK_FROM_OWNER @fork_owner before
+ * VHOST_SET_OWNER (-1: not set).  -ENOTTY where the kernel has no such
+ * control (before 6.17, or without CONFIG_VHOST_ENABLE_FORK_OWNER_CONTROL).
+ */
+int vmm_blk_open_fork(struct vmm_blk *b, unsigned int nq, unsigned int qsize,
+		      uint64_t features, size_t mem_size, int fork_owner);
+/*
  * The same against a vhost-user-blk backend listening on unix socket
  * @path instead of /dev/vhost-blk (b->fd is then the socket): the benchmark
  * drives a userspace backend with the very same driver.

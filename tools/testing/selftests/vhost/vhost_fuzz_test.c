@@ -349,7 +349,7 @@ static void fz_bail(struct fuzz *f)
 	if (!f->trace)
 		for (; i < f->ntlog; i++)
 			fprintf(stderr, "# trace %s\n", f->tlog[i % FZ_TLINES]);
-	f->md->passed = 0;
+	VHOST_TEST_FAILED(f->md);
 	f->md->trigger = 1;
 	__bail(1, f->md);
 }
@@ -3725,7 +3725,7 @@ FIXTURE_TEARDOWN(fuzz)
 		fprintf(stderr, "%s", report);
 		TH_LOG("seed %llu: the kernel log has a splat (kmsg lines above)",
 		       (unsigned long long)f->seed);
-		_metadata->passed = 0;
+		VHOST_TEST_FAILED(_metadata);
 	}
 	if (f->kmsg >= 0)
 		close(f->kmsg);
