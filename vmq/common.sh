@@ -17,9 +17,10 @@ say() { echo "vmq: $*" >&2; }
 #        the series in patches/
 #   7.3  linux-source-7.3 from trixie-backports, fetched by vmq/deps with a
 #        private apt configuration and extracted, never installed; the
-#        series in patches-7.3/.  Our new files (drivers/vhost/blk.c, the
-#        uapi header, docs, selftests) need the 6.1 series' core API, which
-#        7.3 does not have yet: vmq/lay lays them only with VMQ_LAY_NEW=1.
+#        series in patches-7.3/.
+# Our new files (drivers/vhost/blk.c, docs, selftests) are laid on both
+# bases unless VMQ_LAY_NEW=0.  blk.c is written against mainline; on 6.1
+# the backport patch patches/0008a adapts it after it is laid.
 VMQ_BASE=${VMQ_BASE:-6.1}
 case $VMQ_BASE in
 6.1)
@@ -29,7 +30,7 @@ case $VMQ_BASE in
 7.3)
 	VMQ_SRC_TARBALL=
 	VMQ_PATCHES=$VMQ_REPO/patches-7.3
-	VMQ_LAY_NEW=${VMQ_LAY_NEW:-0} ;;
+	VMQ_LAY_NEW=${VMQ_LAY_NEW:-1} ;;
 *) die "VMQ_BASE=$VMQ_BASE: known bases are 6.1 and 7.3" ;;
 esac
 VMQ_SRC_PKG=linux-source-$VMQ_BASE
@@ -76,4 +77,23 @@ vmq_clock_args() {
 	local khz
 	khz=$(awk '/^cpu MHz/ { printf "%d", $4 * 1000; exit }' /proc/cpuinfo)
 	[ -n "$khz" ] && echo "tsc=reliable tsc_early_khz=$khz"
+}
+
+# The sparse the base needs, for make's CHECK=: bookworm's for 6.1; for 7.3
+# one built from Debian testing's source (vmq/sparse-build), since 0.6.4
+# fails 7.3's scripts/checker-valid.sh and C=1 would then check nothing.
+vmq_sparse() {
+	if [ "$VMQ_BASE" = 6.1 ]; then
+		command -v sparse
+	else
+		"$VMQ_REPO/vmq/sparse-build"
+	fi
+}
+
+# Fail unless sparse $1 passes the checker-valid.sh of the tree $2 (where
+# the tree has one): make would otherwise skip sparse silently.
+vmq_sparse_valid() {
+	[ ! -f "$2/scripts/checker-valid.sh" ] ||
+		[ "$(sh "$2/scripts/checker-valid.sh" "$1")" = 1 ] ||
+		die "$1 fails $2/scripts/checker-valid.sh: sparse would not run"
 }

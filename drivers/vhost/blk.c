@@ -20,7 +20,9 @@
  * the used ring, logs dirty pages and signals the guest once for the whole
  * batch, again on the ring's worker.  Each ring gets a worker of its own
  * when it starts, unless the worker_pool module parameter or the VMM (with
- * the vhost worker ioctls) say otherwise.
+ * the vhost worker ioctls) say otherwise, or the device is in kthread mode
+ * (VHOST_SET_FORK_FROM_OWNER off), where the core makes no new workers and
+ * every ring stays on the default one.
  *
  * The fast path shares nothing between rings: a request lives in a slot its
  * ring allocated when it started (no allocation per request, unless its
@@ -74,9 +76,13 @@
  *
  * Teardown.  A completion may run in interrupt context or in a workqueue and
  * race with the release of the device: it adds its request to the ring's
- * list and queues the ring's work in one RCU read section, and the vhost core
- * frees workers only after a grace period, so the worker and the device stay
- * valid until the completion has finished queueing.
+ * list and queues the ring's work in one RCU read section, and the release
+ * (and VHOST_RESET_OWNER) waits for a grace period after the drain before
+ * the vhost core frees the workers, so the worker and the device stay valid
+ * until the completion has finished queueing.  Workers are the owner's
+ * threads (vhost_task): when the owner is killed they stop taking work and
+ * leave their rings, and the drain then drops the requests that complete,
+ * so the release never waits for a return no worker will make.
  *
  * The backend.  Only files with iter I/O in each direction they are open for,
  * O_DIRECT only where the file supports it, and never O_APPEND (a guest
@@ -118,7 +124,6 @@
 #include <linux/spinlock.h>
 #include <linux/uio.h>
 #include <linux/vhost.h>
-#include <linux/vhost_blk.h>
 #include <linux/virtio_blk.h>
 #include <linux/wait.h>
 #include <linux/workqueue.h>
@@ -158,16 +163,19 @@ MODULE_PARM_DESC(busyloop_timeout,
 /* How often a ring whose filesystem is frozen looks for the thaw. */
 #define VHOST_BLK_FROZEN_RETRY	msecs_to_jiffies(10)
 
-enum {
-	VHOST_BLK_FEATURES = VHOST_FEATURES |
-			     (1ULL << VIRTIO_F_ACCESS_PLATFORM) |
-			     (1ULL << VIRTIO_BLK_F_SEG_MAX) |
-			     (1ULL << VIRTIO_BLK_F_BLK_SIZE) |
-			     (1ULL << VIRTIO_BLK_F_FLUSH) |
-			     (1ULL << VIRTIO_BLK_F_MQ) |
-			     (1ULL << VIRTIO_BLK_F_DISCARD) |
-			     (1ULL << VIRTIO_BLK_F_WRITE_ZEROES),
+static const int vhost_blk_bits[] = {
+	VHOST_FEATURES,
+	VIRTIO_F_ACCESS_PLATFORM,
+	VIRTIO_BLK_F_SEG_MAX,
+	VIRTIO_BLK_F_BLK_SIZE,
+	VIRTIO_BLK_F_FLUSH,
+	VIRTIO_BLK_F_MQ,
+	VIRTIO_BLK_F_DISCARD,
+	VIRTIO_BLK_F_WRITE_ZEROES,
 };
+
+/* All below bit 64: VHOST_GET/SET_FEATURES_ARRAY are not needed. */
+#define VHOST_BLK_FEATURES VHOST_FEATURES_U64(vhost_blk_bits, 0)
 
 enum {
 	VHOST_BLK_BACKEND_FEATURES = (1ULL << VHOST_BACKEND_F_IOTLB_MSG_V2),
@@ -206,6 +214,14 @@ struct vhost_blk_vq {
 	bool paused;
 	bool full;
 	unsigned int inflight;
+	/*
+	 * Descriptors vhost_get_vq_desc_n() walked for the chain the handler
+	 * took last (an indirect table counts one): what
+	 * vhost_discard_vq_desc() winds back when the request goes back on
+	 * the ring.  Not vq.ndescs, which counts the data descriptors for
+	 * seg_max.  Under vq.mutex.
+	 */
+	unsigned int last_ndesc;
 	/*
 	 * Request slots: nslots of them, min(vq.num, VHOST_BLK_MAX_SLOTS),
 	 * allocated (charged to the owner's memcg) when the ring starts and
@@ -390,15 +406,23 @@ static void vhost_blk_req_done(struct vhost_blk_req *req, u8 status)
 	if (status != VIRTIO_BLK_S_OK)
 		req->data_written = 0;	/* only the status byte */
 	/*
-	 * Once the request is on the list, the ring's worker may return it,
-	 * the drain may finish and the device be released.  The read section
-	 * keeps the worker and the device valid until the work is queued:
-	 * pairs with synchronize_rcu() before the vhost core frees workers
-	 * (vhost_workers_free()), which comes after the drain.
+	 * Once the request is on the list, the ring's worker (or a drain,
+	 * below) may return it, the drain may finish and the device be
+	 * released.  The read section keeps the worker and the device valid
+	 * until the work is queued: pairs with the synchronize_rcu() that
+	 * vhost_blk_release() and vhost_blk_reset_owner() do after the drain,
+	 * before the vhost core frees the workers without a grace period of
+	 * its own.
+	 *
+	 * The ring has no worker when the owner was killed: its vhost_task
+	 * worker took itself off its rings (vhost_worker_killed()) and the
+	 * work cannot be queued.  The drain returns such requests instead:
+	 * wake it.
 	 */
 	rcu_read_lock();
 	llist_add(&req->node, &bvq->completed);
-	vhost_vq_work_queue(&bvq->vq, &bvq->complete_work);
+	if (!vhost_vq_work_queue(&bvq->vq, &bvq->complete_work))
+		wake_up(&vhost_blk_of(&bvq->vq)->drain_wq);
 	rcu_read_unlock();
 }
 
@@ -540,7 +564,7 @@ static void vhost_blk_complete_work(struct vhost_work *work)
 	 * bytes written above are visible before the index (the barrier in
 	 * vhost_add_used_n()).
 	 */
-	vhost_add_used_n(vq, used, nused);
+	vhost_add_used_n(vq, used, NULL, nused);
 	vhost_signal(&blk->dev, vq);
 	/*
 	 * Slots came free for a handler that ran out of them; or the ring
@@ -554,6 +578,66 @@ static void vhost_blk_complete_work(struct vhost_work *work)
 	}
 out:
 	mutex_unlock(&vq->mutex);
+}
+
+/*
+ * Give back the slots of the completed requests at @node without returning
+ * them to the guest.  Under vq.mutex.
+ */
+static void vhost_blk_drop_completed(struct llist_node *node)
+{
+	struct vhost_blk_req *req, *tmp;
+
+	llist_for_each_entry_safe(req, tmp, node, node) {
+		if (unlikely(req->invalidate))
+			vhost_blk_invalidate(req);
+		vhost_blk_req_put(req);
+	}
+}
+
+/*
+ * Whether a ring has completed requests that no worker will return: its
+ * worker was killed with the owner (a vhost_task worker dies on SIGKILL and
+ * leaves its rings), so vhost_blk_req_done() could not queue complete_work.
+ * A hint, without locks: vhost_blk_reap() looks again under the ring's mutex.
+ */
+static bool vhost_blk_orphaned(struct vhost_blk *blk)
+{
+	int i;
+
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++)
+		if (!llist_empty(&blk->vqs[i].completed) &&
+		    !rcu_access_pointer(blk->vqs[i].vq.worker))
+			return true;
+	return false;
+}
+
+/*
+ * Drop the completed requests of rings that have no worker, so a drain
+ * (the release one above all) ends after the owner was killed with requests
+ * in flight.  They are not returned: the guest's VMM is gone, and so may be
+ * the mm the used ring lives in.  -EINTR when @killable and a fatal signal
+ * ends the wait for a ring's mutex.
+ */
+static int vhost_blk_reap(struct vhost_blk *blk, bool killable)
+{
+	int i;
+
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
+		struct vhost_blk_vq *bvq = &blk->vqs[i];
+
+		if (llist_empty(&bvq->completed))
+			continue;
+		if (!killable)
+			mutex_lock(&bvq->vq.mutex);
+		else if (mutex_lock_killable(&bvq->vq.mutex))
+			return -EINTR;
+		/* A worker that is still there returns them itself. */
+		if (!vhost_vq_work_queue(&bvq->vq, &bvq->complete_work))
+			vhost_blk_drop_completed(llist_del_all(&bvq->completed));
+		mutex_unlock(&bvq->vq.mutex);
+	}
+	return 0;
 }
 
 static int vhost_blk_zero_fill(struct file *file, loff_t pos, u64 len)
@@ -615,9 +699,13 @@ static int vhost_blk_drop_bdev_cache(struct file *file,
 				     loff_t start, loff_t end)
 {
 	struct address_space *mapping = file->f_mapping;
-	bool claim = !(file->f_mode & FMODE_EXCL);
+	/*
+	 * An O_EXCL open claimed the device with the file as holder, in
+	 * private_data (blkdev_open()); O_EXCL itself is gone from f_flags.
+	 */
+	bool claim = !file->private_data;
 
-	if (claim && bd_prepare_to_claim(bdev, vhost_blk_drop_bdev_cache))
+	if (claim && bd_prepare_to_claim(bdev, vhost_blk_drop_bdev_cache, NULL))
 		return invalidate_inode_pages2_range(mapping, start >> PAGE_SHIFT,
 						     end >> PAGE_SHIFT);
 	truncate_inode_pages_range(mapping, start, end);
@@ -791,12 +879,12 @@ static bool vhost_blk_bio_rw(struct vhost_blk_req *req, struct file *file,
 	struct bio *bio;
 	int nr_pages;
 
+	/* Memory alignment: bio_iov_iter_get_pages() checks it below. */
 	if (!iov_iter_count(iter) ||
-	    ((u64)pos | iov_iter_count(iter)) & mask ||
-	    !bdev_iter_is_aligned(bdev, iter))
+	    ((u64)pos | iov_iter_count(iter)) & mask)
 		return false;
 	if (!req->is_read) {
-		if (bdev_read_only(bdev) || IS_SWAPFILE(bdev->bd_inode))
+		if (bdev_read_only(bdev) || IS_SWAPFILE(mapping->host))
 			return false;
 		opf = REQ_OP_WRITE | REQ_SYNC | REQ_IDLE;
 	}
@@ -829,8 +917,13 @@ static bool vhost_blk_bio_rw(struct vhost_blk_req *req, struct file *file,
 	bio->bi_ioprio = get_current_ioprio();
 	bio->bi_end_io = vhost_blk_bio_end_io;
 	bio->bi_private = req;
-	if (bio_iov_iter_get_pages(bio, iter) || iov_iter_count(iter)) {
-		/* Could not take it all (a bad address, too many segments). */
+	if (bio_iov_iter_get_pages(bio, iter, bdev_dma_alignment(bdev), mask) ||
+	    iov_iter_count(iter)) {
+		/*
+		 * Could not take it all (a bad address, too many segments,
+		 * buffers misaligned for the device: -EINVAL with nothing
+		 * left in the bio).
+		 */
 		iov_iter_revert(iter, bio->bi_iter.bi_size);
 		bio_release_pages(bio, false);
 		bio_put(bio);
@@ -1047,7 +1140,7 @@ err:
 	return true;
 frozen:
 	vhost_blk_req_put(req);
-	vhost_discard_vq_desc(vq, 1);
+	vhost_discard_vq_desc(vq, 1, bvq->last_ndesc);
 	return false;
 }
 
@@ -1123,8 +1216,9 @@ static void vhost_blk_handle_kick(struct vhost_work *work)
 			bvq->full = true;
 			break;
 		}
-		head = vhost_get_vq_desc(vq, vq->iov, ARRAY_SIZE(vq->iov),
-					 &out, &in, log, &log_num);
+		head = vhost_get_vq_desc_n(vq, vq->iov, ARRAY_SIZE(vq->iov),
+					   &out, &in, log, &log_num,
+					   &bvq->last_ndesc);
 		/* A chain vhost cannot walk stops the ring; vq_err said why. */
 		if (unlikely(head < 0))
 			break;
@@ -1192,6 +1286,13 @@ static void vhost_blk_apply_worker_policy(struct vhost_blk *blk, int idx)
 		id = VHOST_VRING_NEW_WORKER;
 		ret = vhost_vq_set_worker(&bvq->vq, &id);
 	}
+	/*
+	 * Kthread mode (VHOST_SET_FORK_FROM_OWNER off) makes no new workers:
+	 * the ring stays on the default worker, as with worker_pool=1, and
+	 * there is nothing to warn about.
+	 */
+	if (ret == -EOPNOTSUPP)
+		return;
 	if (ret)
 		pr_warn_ratelimited("vhost-blk: ring %d stays on its worker: %d\n",
 				    idx, ret);
@@ -1343,14 +1444,22 @@ static int vhost_blk_drain(struct vhost_blk *blk, bool killable)
 	int i, ret = 0;
 
 	lockdep_assert_held(&blk->dev.mutex);
-	if (!vhost_blk_idle(blk)) {
+	while (!vhost_blk_idle(blk)) {
 		mutex_unlock(&blk->dev.mutex);
-		/* Pairs with the wake_up() in vhost_blk_req_put(). */
+		/*
+		 * Pairs with the wake_up() in vhost_blk_req_put(), and with
+		 * the one in vhost_blk_req_done() for a ring whose worker was
+		 * killed: those requests are dropped here.
+		 */
 		if (killable)
 			ret = wait_event_killable(blk->drain_wq,
-						  vhost_blk_idle(blk));
+						  vhost_blk_idle(blk) ||
+						  vhost_blk_orphaned(blk));
 		else
-			wait_event(blk->drain_wq, vhost_blk_idle(blk));
+			wait_event(blk->drain_wq, vhost_blk_idle(blk) ||
+				   vhost_blk_orphaned(blk));
+		if (!ret)
+			ret = vhost_blk_reap(blk, killable);
 		mutex_lock(&blk->dev.mutex);
 		if (ret)
 			return -EINTR;
@@ -1584,7 +1693,7 @@ static int vhost_blk_set_features(struct vhost_blk *blk, u64 features)
 	}
 	/* Keep the IOTLB, and what it caches, over feature renegotiation. */
 	if ((features & (1ULL << VIRTIO_F_ACCESS_PLATFORM)) &&
-	    !blk->dev.iotlb && vhost_init_device_iotlb(&blk->dev, true)) {
+	    !blk->dev.iotlb && vhost_init_device_iotlb(&blk->dev)) {
 		ret = -EFAULT;
 		goto out_resume;
 	}
@@ -1659,6 +1768,8 @@ static long vhost_blk_reset_owner(struct vhost_blk *blk)
 	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++)
 		cancel_delayed_work_sync(&blk->vqs[i].frozen_work);
 	vhost_dev_stop(&blk->dev);
+	/* The core frees the workers at once: see vhost_blk_req_done(). */
+	synchronize_rcu();
 	vhost_dev_reset_owner(&blk->dev, umem);
 	vhost_blk_swap_backend(blk, NULL, NULL);
 	vhost_blk_reset_policy(blk);
@@ -1811,7 +1922,7 @@ static int vhost_blk_open(struct inode *inode, struct file *f)
 	struct vhost_blk *blk;
 	int i;
 
-	blk = kvzalloc(sizeof(*blk), GFP_KERNEL_ACCOUNT);
+	blk = kvzalloc_obj(*blk, GFP_KERNEL_ACCOUNT);
 	if (!blk)
 		return -ENOMEM;
 	vqs = kcalloc(VHOST_BLK_MAX_QUEUES, sizeof(*vqs), GFP_KERNEL);
@@ -1855,7 +1966,12 @@ static int vhost_blk_release(struct inode *inode, struct file *f)
 	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++)
 		cancel_delayed_work_sync(&blk->vqs[i].frozen_work);
 	vhost_dev_stop(&blk->dev);
-	/* Frees the workers after an RCU grace period; see req_done. */
+	/*
+	 * Completions that returned the last requests may still be queueing
+	 * work on a worker the core is about to free without a grace period:
+	 * see vhost_blk_req_done().
+	 */
+	synchronize_rcu();
 	vhost_dev_cleanup(&blk->dev);
 	vhost_blk_swap_backend(blk, NULL, NULL);
 	vhost_blk_reset_rings(blk);

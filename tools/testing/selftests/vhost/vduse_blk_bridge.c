@@ -39,7 +39,6 @@
 #include <linux/fs.h>
 #include <linux/vduse.h>
 #include <linux/vhost.h>
-#include <linux/vhost_blk.h>
 #include <linux/virtio_blk.h>
 #include <linux/virtio_config.h>
 #include <linux/virtio_ring.h>

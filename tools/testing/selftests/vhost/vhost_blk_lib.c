@@ -45,6 +45,12 @@ static int blk_slots_init(struct vmm_blk *b, unsigned int q, unsigned int qsize)
 int vmm_blk_open(struct vmm_blk *b, unsigned int nq, unsigned int qsize,
 		 uint64_t features, size_t mem_size)
 {
+	return vmm_blk_open_fork(b, nq, qsize, features, mem_size, -1);
+}
+
+int vmm_blk_open_fork(struct vmm_blk *b, unsigned int nq, unsigned int qsize,
+		      uint64_t features, size_t mem_size, int fork_owner)
+{
 	uint64_t offered;
 	unsigned int q;
 	int r;
@@ -53,6 +59,16 @@ int vmm_blk_open(struct vmm_blk *b, unsigned int nq, unsigned int qsize,
 	b->fd = open("/dev/vhost-blk", O_RDWR | O_CLOEXEC);
 	if (b->fd < 0)
 		return -errno;
+	if (fork_owner >= 0) {
+#ifdef VHOST_SET_FORK_FROM_OWNER
+		uint8_t v = fork_owner;
+
+		if (ioctl(b->fd, VHOST_SET_FORK_FROM_OWNER, &v))
+			return -errno;
+#else
+		return -ENOTTY;
+#endif
+	}
 	if (ioctl(b->fd, VHOST_SET_OWNER, NULL))
 		return -errno;
 	if (ioctl(b->fd, VHOST_GET_FEATURES, &offered))

@@ -7,7 +7,7 @@
 #ifndef VHOST_BLK_LIB_H
 #define VHOST_BLK_LIB_H
 
-#include <linux/vhost_blk.h>
+#include <linux/vhost.h>
 #include <linux/virtio_blk.h>
 #include <stdalign.h>
 #include "vhost_vmm.h"
@@ -36,6 +36,13 @@ struct vmm_blk {
 /* Open, own, negotiate @features, map @mem_size bytes, set up @nq rings. */
 int vmm_blk_open(struct vmm_blk *b, unsigned int nq, unsigned int qsize,
 		 uint64_t features, size_t mem_size);
+/*
+ * vmm_blk_open() with VHOST_SET_FORK_FROM_OWNER @fork_owner before
+ * VHOST_SET_OWNER (-1: not set).  -ENOTTY where the kernel has no such
+ * control (before 6.17, or without CONFIG_VHOST_ENABLE_FORK_OWNER_CONTROL).
+ */
+int vmm_blk_open_fork(struct vmm_blk *b, unsigned int nq, unsigned int qsize,
+		      uint64_t features, size_t mem_size, int fork_owner);
 /*
  * The same against a vhost-user-blk backend listening on unix socket
  * @path instead of /dev/vhost-blk (b->fd is then the socket): the benchmark

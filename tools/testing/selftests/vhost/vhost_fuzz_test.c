@@ -63,7 +63,6 @@
 #include <linux/if_tun.h>
 #include <linux/types.h>
 #include <linux/vhost.h>
-#include <linux/vhost_blk.h>
 #include <linux/virtio_blk.h>
 #include <linux/virtio_config.h>
 #include <linux/virtio_net.h>
@@ -350,7 +349,7 @@ static void fz_bail(struct fuzz *f)
 	if (!f->trace)
 		for (; i < f->ntlog; i++)
 			fprintf(stderr, "# trace %s\n", f->tlog[i % FZ_TLINES]);
-	f->md->passed = 0;
+	VHOST_TEST_FAILED(f->md);
 	f->md->trigger = 1;
 	__bail(1, f->md);
 }
@@ -3726,7 +3725,7 @@ FIXTURE_TEARDOWN(fuzz)
 		fprintf(stderr, "%s", report);
 		TH_LOG("seed %llu: the kernel log has a splat (kmsg lines above)",
 		       (unsigned long long)f->seed);
-		_metadata->passed = 0;
+		VHOST_TEST_FAILED(_metadata);
 	}
 	if (f->kmsg >= 0)
 		close(f->kmsg);

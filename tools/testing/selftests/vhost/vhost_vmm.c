@@ -381,6 +381,30 @@ long vmm_thread_wakeups(int tid)
 	return v;
 }
 
+/* Threads of @pid whose name starts with @prefix, after @n in @tids. */
+static int vmm_find_task_threads(pid_t pid, const char *prefix, int *tids,
+				 int n, int max)
+{
+	char path[64], comm[64];
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	d = opendir(path);
+	if (!d)
+		return n;
+	while ((e = readdir(d)) && n < max) {
+		int tid = atoi(e->d_name);
+
+		if (tid <= 0 || tid == pid || vmm_thread_comm(tid, comm, sizeof(comm)))
+			continue;
+		if (!strncmp(comm, prefix, strlen(prefix)))
+			tids[n++] = tid;
+	}
+	closedir(d);
+	return n;
+}
+
 int vmm_owner_workers(pid_t pid, int *tids, char names[][32], int max)
 {
 	char prefix[32], comm[32];
@@ -389,6 +413,9 @@ int vmm_owner_workers(pid_t pid, int *tids, char names[][32], int max)
 
 	len = snprintf(prefix, sizeof(prefix), "vhost-%d", pid);
 	n = vmm_find_threads(prefix, all, 256);
+	if (n < 0)
+		n = 0;
+	n = vmm_find_task_threads(pid, prefix, all, n, 256);
 	for (i = 0; i < n && found < max; i++) {
 		if (vmm_thread_comm(all[i], comm, sizeof(comm)))
 			continue;

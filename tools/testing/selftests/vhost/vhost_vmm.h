@@ -98,6 +98,10 @@ long vmm_thread_wakeups(int tid);
 /*
  * vhost worker threads of owner @pid: "vhost-<pid>" and "vhost-<pid>-<id>".
  * Fills up to @max tids and names (either may be NULL); returns the count.
+ * 6.1's workers are kthreads, listed in /proc; mainline's are vhost_tasks,
+ * threads of the owner in /proc/<pid>/task, all named "vhost-<pid of the
+ * thread that created them>" (so only those the owner's main thread
+ * created are found).
  */
 int vmm_owner_workers(pid_t pid, int *tids, char names[][32], int max);
 /* The tid of worker @id of owner @pid, or -1. */

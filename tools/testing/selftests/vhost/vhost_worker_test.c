@@ -305,7 +305,7 @@ VHOST_TEST_F(dev, drivers_without_support_answer_enotty, 30)
 
 VHOST_TEST_F(dev, workers_gone_after_close_and_reset, 30)
 {
-	unsigned int id;
+	unsigned int id = 0;
 	int i;
 
 	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));

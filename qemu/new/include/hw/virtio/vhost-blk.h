@@ -12,7 +12,7 @@
 #include "qom/object.h"
 #include "qapi/qapi-types-common.h"
 #include "qapi/qapi-types-virtio.h"
-#include "linux/vhost_blk.h"
+#include "standard-headers/linux/vhost_types.h"
 
 #define TYPE_VHOST_BLK "vhost-blk"
 OBJECT_DECLARE_SIMPLE_TYPE(VHostBlk, VHOST_BLK)
