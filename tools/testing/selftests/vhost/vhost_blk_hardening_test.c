@@ -425,27 +425,29 @@ static int new_worker(int fd, unsigned int *id)
 {
 	struct vhost_worker_state s = { .worker_id = 12345 };
 
-	if (ioctl(fd, VHOST_NEW_WORKER, &s))
-		return -errno;
-	*id = s.worker_id;
-	return 0;
+	int r = vmm_worker_call(fd, VHOST_NEW_WORKER, &s);
+
+	if (!r)
+		*id = s.worker_id;
+	return r;
 }
 
 static int free_worker(int fd, unsigned int id)
 {
 	struct vhost_worker_state s = { .worker_id = id };
 
-	return ioctl(fd, VHOST_FREE_WORKER, &s) ? -errno : 0;
+	return vmm_worker_call(fd, VHOST_FREE_WORKER, &s);
 }
 
 static int set_worker(int fd, unsigned int ring, unsigned int *id)
 {
 	struct vhost_vring_worker w = { .index = ring, .worker_id = *id };
 
-	if (ioctl(fd, VHOST_SET_VRING_WORKER, &w))
-		return -errno;
-	*id = w.worker_id;
-	return 0;
+	int r = vmm_worker_call(fd, VHOST_SET_VRING_WORKER, &w);
+
+	if (!r)
+		*id = w.worker_id;
+	return r;
 }
 
 /* The first line of /proc/<pid>/cgroup ("0::/path" with cgroup2 only). */
@@ -1105,6 +1107,7 @@ VHOST_TEST_F(hard, get_id_never_torn, 60)
 struct starter {
 	int fd, be;
 	int cg_err, be_err;
+	int done;	/* set last, with a release store */
 };
 
 /* A CLONE_VM child of the owner: same mm, another process. */
@@ -1122,6 +1125,7 @@ static int start_rings_elsewhere(void *arg)
 	be.fd = s->be;
 	if (ioctl(s->fd, VHOST_BLK_SET_BACKEND, &be))
 		s->be_err = errno;
+	__atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
 	return 0;
 }
 
@@ -1132,6 +1136,11 @@ static int start_rings_elsewhere(void *arg)
  * cgroups of the thread that made it, as a thread it forked would be (what
  * mainline's workers are): the default worker in the owner's, the ring
  * workers in the child's, which holds nothing else once the child is gone.
+ *
+ * On mainline a worker is a thread of the process that made it: the ring
+ * workers are threads of the child, named after it, in its cgroup, and they
+ * keep its thread group alive (its exit is a thread's exit) until the
+ * device is released, which ends them and lets the child be reaped.
  */
 VHOST_TEST_F(hard, workers_carry_owner_identity, 60)
 {
@@ -1170,6 +1179,45 @@ VHOST_TEST_F(hard, workers_carry_owner_identity, 60)
 	s.be = c->be;
 	pid = clone(start_rings_elsewhere, stack + stack_size, CLONE_VM | SIGCHLD, &s);
 	ASSERT_LT(0, pid);
+	if (vmm_workers_are_tasks()) {
+		double deadline = now_s() + 10;
+
+		c->child = pid;		/* the teardown kills and reaps it */
+		while (!__atomic_load_n(&s.done, __ATOMIC_ACQUIRE) && now_s() < deadline)
+			usleep(1000);
+		ASSERT_TRUE(__atomic_load_n(&s.done, __ATOMIC_ACQUIRE));
+		ASSERT_EQ(0, s.cg_err);
+		ASSERT_EQ(0, s.be_err) TH_LOG("SET_BACKEND from the child: %s",
+					      strerror(s.be_err));
+		n = vmm_owner_workers(getpid(), tids, NULL, 16);
+		ASSERT_EQ(1, n) TH_LOG("%d workers named after the owner", n);
+		ASSERT_EQ(0, cgroup_of(tids[0], wcg, sizeof(wcg)));
+		EXPECT_STREQ(cg, wcg) TH_LOG("default worker (tid %d)", tids[0]);
+		n = vmm_owner_workers(pid, tids, names, 16);
+		EXPECT_EQ(NQ - 1, n) TH_LOG("%d ring workers of the child %d", n, pid);
+		for (i = 0; i < n; i++) {
+			ASSERT_EQ(0, cgroup_of(tids[i], wcg, sizeof(wcg)));
+			EXPECT_STREQ("0::/vmq-hardening", wcg)
+				TH_LOG("worker %s (tid %d)", names[i], tids[i]);
+		}
+		/* Its workers keep the child's thread group alive... */
+		usleep(100 * 1000);
+		EXPECT_EQ(0, waitpid(pid, &status, WNOHANG));
+		/* ...until the device goes. */
+		vmm_blk_close(&c->b);
+		c->blk_open = false;
+		deadline = now_s() + 10;
+		while (waitpid(pid, &status, WNOHANG) != pid) {
+			if (now_s() > deadline)
+				break;
+			usleep(10 * 1000);
+		}
+		EXPECT_GE(deadline, now_s()) TH_LOG("child not reaped 10 s after the release");
+		if (now_s() <= deadline)
+			c->child = 0;
+		munmap(stack, stack_size);
+		return;
+	}
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	munmap(stack, stack_size);
 	ASSERT_EQ(0, s.cg_err) TH_LOG("moving the child to %s: %s", CGROUP_DIR,
@@ -1304,6 +1352,9 @@ VHOST_TEST_F(hard, long_worker_names_read_back_whole, 180)
 	pid_t pid = -1, tid, first;
 	unsigned int workers;
 
+	/* "vhost-<pid>", 13 characters at most: nothing to cut. */
+	if (vmm_workers_are_tasks())
+		SKIP(return, "mainline names every worker vhost-<pid>, no id to cut");
 	ASSERT_EQ(0, read_str(PID_MAX, c->pid_max, sizeof(c->pid_max)));
 	r = write_str(PID_MAX, "4194304");
 	if (r == -EINVAL)
@@ -1656,7 +1707,7 @@ static void nproc_child(const char *dev, int out)
 				   strerror(-r));
 	}
 	r = new_worker(fd, &id);
-	if (r != -EAGAIN)
+	if (r != -VMM_NPROC_ERRNO)
 		nproc_fail(out, "NEW_WORKER beyond RLIMIT_NPROC=%d: %s", NPROC_LIMIT,
 			   r ? strerror(-r) : "succeeded");
 	/* Workers and processes share the count: fork() fails as well. */
@@ -1678,7 +1729,7 @@ static void nproc_child(const char *dev, int out)
 		nproc_fail(out, "NEW_WORKER after FREE_WORKER: %s", strerror(-r));
 	id = VHOST_VRING_NEW_WORKER;
 	r = set_worker(fd, 0, &id);
-	if (r != -EAGAIN)
+	if (r != -VMM_NPROC_ERRNO)
 		nproc_fail(out, "SET_VRING_WORKER(NEW) beyond RLIMIT_NPROC: %s",
 			   r ? strerror(-r) : "succeeded");
 

@@ -169,7 +169,7 @@ VHOST_TEST_F(net, busy_poll_yields_to_the_paired_ring_worker, 120)
 
 	if (ncpu < 2)
 		SKIP(return, "needs 2 CPUs (the poller alone on one)");
-	ASSERT_EQ(0, ioctl(self->n.fd, VHOST_SET_VRING_WORKER, &w));
+	ASSERT_EQ(0, vmm_worker_call(self->n.fd, VHOST_SET_VRING_WORKER, &w));
 	rx_tid = vmm_worker_tid(getpid(), 0);
 	tx_tid = vmm_worker_tid(getpid(), w.worker_id);
 	ASSERT_LT(0, rx_tid);

@@ -41,10 +41,11 @@ struct vu_hdr {
 	uint32_t size;
 };
 
+/* VHOST_USER_SET_MEM_TABLE with the one region the tests use. */
 struct vu_mem {
 	uint32_t nregions;
 	uint32_t padding;
-	struct vu_region region[1];
+	struct vu_region region;
 };
 
 /* Send @request with @size bytes of @payload and, when @fd >= 0, one fd. */
@@ -128,7 +129,7 @@ int vu_set_mem_table(int sock, const struct vmm *vmm)
 {
 	struct vu_mem m = {
 		.nregions = 1,
-		.region[0] = {
+		.region = {
 			.guest_phys_addr = vmm->gpa_base,
 			.memory_size = vmm->size,
 			.userspace_addr = (uintptr_t)vmm->mem,

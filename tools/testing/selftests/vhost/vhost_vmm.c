@@ -13,6 +13,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/utsname.h>
 
 #include "vhost_vmm.h"
 
@@ -431,11 +432,101 @@ int vmm_owner_workers(pid_t pid, int *tids, char names[][32], int max)
 	return found;
 }
 
+bool vmm_workers_are_tasks(void)
+{
+	static int tasks = -1;
+	struct utsname u;
+	int major = 0, minor = 0;
+
+	if (tasks < 0) {
+		if (uname(&u) || sscanf(u.release, "%d.%d", &major, &minor) != 2)
+			major = 0;
+		tasks = major > 6 || (major == 6 && minor >= 4);
+	}
+	return tasks;
+}
+
+/*
+ * What vmm_worker_call() saw: the thread of each worker this process made
+ * with VHOST_NEW_WORKER or VHOST_SET_VRING_WORKER, newest last.
+ */
+static struct {
+	unsigned int id;
+	int tid;
+} vmm_seen[256];
+static int vmm_nseen;
+
+/* This process's threads named "vhost-...", in @tids (at most 256). */
+static int vmm_my_workers(int *tids)
+{
+	return vmm_find_task_threads(getpid(), "vhost-", tids, 0, 256);
+}
+
+static bool vmm_has(const int *tids, int n, int tid)
+{
+	while (n--)
+		if (tids[n] == tid)
+			return true;
+	return false;
+}
+
+int vmm_worker_call(int fd, unsigned long req, void *arg)
+{
+	int before[256], after[256], nb = 0, na, i, r, tries;
+	struct vhost_vring_worker *w = arg;
+	struct vhost_worker_state *s = arg;
+
+	if (vmm_workers_are_tasks())
+		nb = vmm_my_workers(before);
+	r = ioctl(fd, req, arg) ? -errno : 0;
+	if (r || !vmm_workers_are_tasks())
+		return r;
+	/* A freed worker's thread may linger in /proc for a moment. */
+	for (tries = 0; req == VHOST_FREE_WORKER && tries < 1000; tries++) {
+		na = vmm_my_workers(after);
+		for (i = 0; i < nb && vmm_has(after, na, before[i]); i++)
+			;
+		if (i < nb)
+			break;
+		usleep(1000);
+	}
+	if (req != VHOST_NEW_WORKER && req != VHOST_SET_VRING_WORKER)
+		return 0;
+	na = vmm_my_workers(after);
+	for (i = 0; i < na; i++) {
+		if (vmm_has(before, nb, after[i]) || vmm_nseen == 256)
+			continue;
+		vmm_seen[vmm_nseen].id = req == VHOST_NEW_WORKER ? s->worker_id :
+								  w->worker_id;
+		vmm_seen[vmm_nseen++].tid = after[i];
+	}
+	return 0;
+}
+
 int vmm_worker_tid(pid_t pid, unsigned int id)
 {
-	char want[32], names[64][32];
-	int tids[64], n, i;
+	char want[32], names[64][32], comm[32];
+	int tids[64], n, i, j;
 
+	if (vmm_workers_are_tasks()) {
+		/* The newest worker seen with that id, if its thread lives. */
+		for (i = vmm_nseen - 1; i >= 0; i--)
+			if (vmm_seen[i].id == id &&
+			    !vmm_thread_comm(vmm_seen[i].tid, comm, sizeof(comm)) &&
+			    !strncmp(comm, "vhost-", 6))
+				return vmm_seen[i].tid;
+		if (id)
+			return -1;
+		/* The default worker: the one that vmm_worker_call() did not make. */
+		n = vmm_owner_workers(pid, tids, NULL, 64);
+		for (i = 0; i < n; i++) {
+			for (j = 0; j < vmm_nseen && vmm_seen[j].tid != tids[i]; j++)
+				;
+			if (j == vmm_nseen)
+				return tids[i];
+		}
+		return -1;
+	}
 	if (id)
 		snprintf(want, sizeof(want), "vhost-%d-%u", pid, id);
 	else

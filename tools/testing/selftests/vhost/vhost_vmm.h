@@ -104,7 +104,27 @@ long vmm_thread_wakeups(int tid);
  * created are found).
  */
 int vmm_owner_workers(pid_t pid, int *tids, char names[][32], int max);
-/* The tid of worker @id of owner @pid, or -1. */
+/*
+ * The tid of worker @id of owner @pid, or -1.  6.1 names worker @id
+ * "vhost-<owner>-<id>".  On mainline no name tells an id: there it is the
+ * thread vmm_worker_call() saw appear when the worker was made, or for id 0
+ * the owner's worker it did not see made (the default one).
+ */
 int vmm_worker_tid(pid_t pid, unsigned int id);
+/* Whether workers are vhost_tasks (Linux 6.4 on), not 6.1's kthreads. */
+bool vmm_workers_are_tasks(void);
+/*
+ * The errno of a worker that RLIMIT_NPROC does not let the owner make:
+ * EAGAIN, fork's, on 6.1; mainline's vhost_worker_create() answers ENOMEM
+ * whatever vhost_task_create() failed with.
+ */
+#define VMM_NPROC_ERRNO	(vmm_workers_are_tasks() ? ENOMEM : EAGAIN)
+/*
+ * ioctl(@fd, @req, @arg) for the worker ioctls, returning 0 or -errno.
+ * On mainline it notes the thread a VHOST_NEW_WORKER or
+ * VHOST_SET_VRING_WORKER made (for vmm_worker_tid()), and after
+ * VHOST_FREE_WORKER waits (up to 1 s) for the freed thread to leave /proc.
+ */
+int vmm_worker_call(int fd, unsigned long req, void *arg);
 
 #endif
