@@ -36,13 +36,16 @@ refresh-patch:
 checkpatch:
 	vmq/checkpatch
 
-# The series as maintainers receive it (series-out/), and its per-patch
-# checks (git am, W=1 + sparse build, checkpatch --strict, kernel-doc).
+# The series as maintainers receive it: mainline's in series-out/, the 6.1
+# backport's in series-out-6.1/; and their per-patch checks (git am onto
+# the pristine base, W=1 + sparse build, checkpatch --strict, kernel-doc).
 series:
-	vmq/series
+	VMQ_BASE=7.3 vmq/series
+	VMQ_BASE=6.1 vmq/series
 
 series-check:
-	vmq/series-check
+	VMQ_BASE=7.3 vmq/series-check
+	VMQ_BASE=6.1 vmq/series-check
 
 sparse:
 	vmq/sparse
