@@ -990,6 +990,23 @@ static u8 __user *vhost_blk_status_ptr(struct iovec *iov, unsigned int in)
 }
 
 /*
+ * Take the status byte out of the iovec that holds it (the request's own
+ * copy), so that no iovec of the data reaches past the data: direct I/O
+ * checks the alignment of each iovec whole (iov_iter_extract_bvecs() looks
+ * at iter_iov_len(), not at the count), and a status byte that shares the
+ * last data descriptor would give it an odd length.
+ */
+static void vhost_blk_drop_status(struct iovec *iov, unsigned int in)
+{
+	while (in--) {
+		if (iov[in].iov_len) {
+			iov[in].iov_len--;
+			return;
+		}
+	}
+}
+
+/*
  * Fail a request that has no request structure (too many segments, no
  * memory): write its status and return it at once, logging the status byte.
  */
@@ -1079,6 +1096,7 @@ static bool vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 	if (copy_from_iter(&hdr, sizeof(hdr), &from) != sizeof(hdr))
 		goto err;
 	/* The data the device may write: the in part without the status. */
+	vhost_blk_drop_status(req->iov + out, in);
 	iov_iter_init(&to, READ, req->iov + out, in, in_len - 1);
 
 	type = vhost32_to_cpu(vq, hdr.type);

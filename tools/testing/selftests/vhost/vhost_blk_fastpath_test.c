@@ -318,7 +318,7 @@ VHOST_TEST_F(dev, long_chains_then_short, 30)
 /*
  * The bio path (bio_submit=1, block devices opened O_DIRECT) and the kiocb
  * path serve the same data: each reads what the other wrote, on the same
- * memory-backed null_blk; a buffer not aligned to the logical block fails
+ * memory-backed null_blk; a buffer not aligned for the device's DMA fails
  * the same way on both; and a buffered backend of the same device sees
  * what the bio path wrote, and the other way round.
  */
@@ -359,11 +359,15 @@ TEST(bio_and_kiocb_paths_agree)
 		ASSERT_EQ(VIRTIO_BLK_S_OK,
 			  vmm_blk_do(&b, 0, VIRTIO_BLK_T_IN, 2048 + 128 * i, buf, 65536));
 		EXPECT_EQ(0, memcmp(want, buf, 65536)) TH_LOG("round %d", i);
-		/* Not aligned to the logical block: an error either way. */
+		/*
+		 * Memory not aligned for the device's DMA: an error either
+		 * way.  An odd address, since the alignment differs (6.1's
+		 * null_blk: 512 bytes, mainline's: 2).
+		 */
 		EXPECT_EQ(VIRTIO_BLK_S_IOERR,
-			  vmm_blk_do(&b, 0, VIRTIO_BLK_T_IN, 2048, buf + 100, 4096));
+			  vmm_blk_do(&b, 0, VIRTIO_BLK_T_IN, 2048, buf + 1, 4096));
 		EXPECT_EQ(VIRTIO_BLK_S_IOERR,
-			  vmm_blk_do(&b, 0, VIRTIO_BLK_T_OUT, 2048, buf + 100, 4096));
+			  vmm_blk_do(&b, 0, VIRTIO_BLK_T_OUT, 2048, buf + 1, 4096));
 	}
 	/*
 	 * The page cache stays coherent: a buffered backend caches a range,

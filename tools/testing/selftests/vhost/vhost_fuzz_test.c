@@ -1268,6 +1268,13 @@ static void fz_op_set_features(struct fuzz *f)
 
 			if (!(f->offered & bit))
 				continue;
+			/*
+			 * The model tracks each head's own used entry: a device
+			 * in order (mainline's vhost-net offers it) may return
+			 * a batch under its last head.
+			 */
+			if (bit == (1ULL << VIRTIO_F_IN_ORDER))
+				continue;
 			if (bit == (1ULL << VIRTIO_F_ACCESS_PLATFORM) ?
 			    fz_chance(f, 4) : fz_chance(f, 50))
 				v |= bit;
@@ -2800,7 +2807,12 @@ static int fz_probe(struct fuzz *f, struct fz_vq *q, unsigned int head,
 				off = l < skip ? l : skip;
 				skip -= off;
 			}
-			if (l > off && c[i].write == in && i + 1 < r->nseg) {
+			if (l <= off || c[i].write != in)
+				continue;
+			/* The last byte of a read's last segment is the status. */
+			if (i + 1 == r->nseg && !--l)
+				continue;
+			if (l > off) {
 				iov[k].iov_base = fz_host(f, c[i].gpa + off);
 				iov[k++].iov_len = l - off;
 			}
