@@ -2,14 +2,18 @@
 #
 # vhost-mq entry points.  The two a fresh machine needs:
 #   make bench   build the release kernel, boot it, run the benchmark
-#   make check   build the debug kernel, boot it, run the vhost kselftests
+#                (mainline 7.3; BASE=6.1 for the bookworm backport)
+#   make check   build the debug kernels, boot them, run the vhost kselftests
+#                (both bases)
 # Everything else is for developers; see README.md.
 
 .PHONY: bench check deps lay kernel-debug kernel-release selftests vm-shell \
 	checkpatch sparse series series-check bench-against help
 
+# make bench [BASE=6.1]: the base to measure, mainline 7.3 by default.
+BASE ?= 7.3
 bench:
-	vmq/bench $(BENCH_ARGS)
+	VMQ_BASE=$(BASE) vmq/bench $(BENCH_ARGS)
 
 check:
 	vmq/check $(TESTS)
