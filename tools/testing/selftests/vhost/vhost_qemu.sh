@@ -419,18 +419,23 @@ for d in "${fwdirs[@]}"; do fwargs+=(-L "$d"); done
 kargs="acpi=off"
 smp=2
 
-# The vhost workers of the qemu $qpid: "NAME TICKS SWITCHES" for each
+# The vhost workers of the qemu $qpid: "NAME:TID TICKS SWITCHES" for each
 # (utime + stime in clock ticks; voluntary + involuntary context switches).
+# 6.1's are kthreads named after QEMU ("vhost-$qpid", "vhost-$qpid-<id>");
+# mainline's are QEMU's own threads, each named "vhost-<tid>" after the
+# QEMU thread that made it (a vCPU thread starting the device, say).
 workers_cpu() {
 	local t c
-	for t in /proc/[0-9]*; do
+	for t in /proc/[0-9]* /proc/"$qpid"/task/[0-9]*; do
 		c=$(cat "$t/comm" 2>/dev/null) || continue
-		case $c in
-		vhost-$qpid|vhost-$qpid-*)
-			echo "$c $(awk '{ print $14 + $15 }' "$t/stat")" \
-				"$(awk '/ctxt_switches/ { s += $2 } END { print s + 0 }' \
-					"$t/status")" ;;
+		case $t:$c in
+		/proc/"$qpid"/task/*:vhost-*) ;;
+		/proc/"$qpid"/task/*) continue ;;
+		*:vhost-"$qpid"|*:vhost-"$qpid"-*) ;;
+		*) continue ;;
 		esac
+		echo "$c:${t##*/} $(awk '{ print $14 + $15 }' "$t/stat")" \
+			"$(awk '/ctxt_switches/ { s += $2 } END { print s + 0 }' "$t/status")"
 	done
 }
 # Ticks all workers spent between the marks $2 and $3 of the boot $1.
