@@ -979,31 +979,17 @@ static void vhost_blk_rw(struct vhost_blk_req *req, struct file *file,
 		vhost_blk_rw_complete(&req->iocb, ret);
 }
 
-/* The last byte of the in part of the chain is the status byte. */
-static u8 __user *vhost_blk_status_ptr(struct iovec *iov, unsigned int in)
+/*
+ * The last byte of the in part of the chain is the status byte: the index
+ * of the in iovec that holds it, or -1 when the in part is empty.
+ */
+static int vhost_blk_status_iov(const struct iovec *iov, unsigned int in)
 {
 	while (in--) {
 		if (iov[in].iov_len)
-			return (u8 __user *)iov[in].iov_base + iov[in].iov_len - 1;
+			return in;
 	}
-	return NULL;
-}
-
-/*
- * Take the status byte out of the iovec that holds it (the request's own
- * copy), so that no iovec of the data reaches past the data: direct I/O
- * checks the alignment of each iovec whole (iov_iter_extract_bvecs() looks
- * at iter_iov_len(), not at the count), and a status byte that shares the
- * last data descriptor would give it an odd length.
- */
-static void vhost_blk_drop_status(struct iovec *iov, unsigned int in)
-{
-	while (in--) {
-		if (iov[in].iov_len) {
-			iov[in].iov_len--;
-			return;
-		}
-	}
+	return -1;
 }
 
 /*
@@ -1058,18 +1044,21 @@ static bool vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 	struct iov_iter from, to;
 	u8 __user *status_ptr;
 	size_t in_len, n;
+	int status_iov;
 	u64 sector;
 	u32 type;
 	u8 status;
 
 	in_len = iov_length(vq->iov + out, in);
-	status_ptr = vhost_blk_status_ptr(vq->iov + out, in);
-	if (!status_ptr) {
+	status_iov = vhost_blk_status_iov(vq->iov + out, in);
+	if (status_iov < 0) {
 		/* Nowhere to report anything: give the buffer back, empty. */
 		vq_err(vq, "vhost-blk: request %d has no status byte\n", head);
 		vhost_add_used_and_signal(&blk->dev, vq, head, 0);
 		return true;
 	}
+	status_ptr = (u8 __user *)vq->iov[out + status_iov].iov_base +
+		     vq->iov[out + status_iov].iov_len - 1;
 	/*
 	 * seg_max counts data descriptors (header and status are one each at
 	 * least); a descriptor may be several iovecs where it crosses memory
@@ -1095,8 +1084,15 @@ static bool vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 	iov_iter_init(&from, WRITE, req->iov, out, iov_length(req->iov, out));
 	if (copy_from_iter(&hdr, sizeof(hdr), &from) != sizeof(hdr))
 		goto err;
-	/* The data the device may write: the in part without the status. */
-	vhost_blk_drop_status(req->iov + out, in);
+	/*
+	 * The data the device may write: the in part without the status
+	 * byte, taken out of the iovec that holds it (the request's own copy)
+	 * too, so that no data iovec reaches past the data.  Direct I/O checks
+	 * the alignment of each iovec whole (iov_iter_extract_bvecs() looks at
+	 * iter_iov_len(), not at the count), and a status byte that shares the
+	 * last data descriptor would give it an odd length.
+	 */
+	req->iov[out + status_iov].iov_len--;
 	iov_iter_init(&to, READ, req->iov + out, in, in_len - 1);
 
 	type = vhost32_to_cpu(vq, hdr.type);
