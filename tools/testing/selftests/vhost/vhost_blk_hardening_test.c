@@ -2261,7 +2261,7 @@ VHOST_TEST_F(hard, fatal_signal_ends_a_drain, 60)
 	if (r)
 		SKIP(return, "no configfs null_blk: %s", strerror(-r));
 	ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
-	pid = fork();
+	pid = vmm_fork_tied();
 	ASSERT_LE(0, pid);
 	if (!pid) {
 		void *buf;

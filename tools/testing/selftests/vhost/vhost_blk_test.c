@@ -904,7 +904,7 @@ TEST(kill_owner_with_io_in_flight)
 	if (why)
 		SKIP(return, "%s", why);
 	ASSERT_EQ(0, pipe(p));
-	pid = fork();
+	pid = vmm_fork_tied();
 	ASSERT_LE(0, pid);
 	if (!pid) {
 		unsigned int q, k = 0;

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/utsname.h>
 
 #include "vhost_vmm.h"
@@ -536,4 +538,17 @@ int vmm_worker_tid(pid_t pid, unsigned int id)
 		if (!strcmp(names[i], want))
 			return tids[i];
 	return -1;
+}
+
+pid_t vmm_fork_tied(void)
+{
+	pid_t parent = getpid(), pid;
+
+	pid = fork();
+	if (pid)
+		return pid;
+	/* The parent may have gone before the request: then go too. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
+		_exit(1);
+	return 0;
 }

@@ -126,5 +126,11 @@ bool vmm_workers_are_tasks(void);
  * VHOST_FREE_WORKER waits (up to 1 s) for the freed thread to leave /proc.
  */
 int vmm_worker_call(int fd, unsigned long req, void *arg);
+/*
+ * fork() for a child that must not outlive the test case: it gets SIGKILL
+ * when its parent exits, an assertion that ends the case early included.
+ * Returns what fork() does.
+ */
+pid_t vmm_fork_tied(void);
 
 #endif

@@ -815,12 +815,12 @@ VHOST_TEST_F(traffic, rebind_while_traffic_flows, 600)
 
 VHOST_TEST_F(traffic, kill_owner_with_io_in_flight, 300)
 {
-	int p[2], status, tries;
+	int p[2], status, tries, workers;
 	char c;
 	pid_t pid;
 
 	ASSERT_EQ(0, pipe(p));
-	pid = fork();
+	pid = vmm_fork_tied();
 	ASSERT_LE(0, pid);
 	if (!pid) {
 		struct vmm_net n;
@@ -848,11 +848,13 @@ VHOST_TEST_F(traffic, kill_owner_with_io_in_flight, 300)
 	close(p[1]);
 	ASSERT_EQ(1, read(p[0], &c, 1)) TH_LOG("child failed to set up");
 	close(p[0]);
-	ASSERT_EQ(3, vmm_owner_workers(pid, NULL, NULL, 8));
+	workers = vmm_owner_workers(pid, NULL, NULL, 8);
 	usleep(300 * 1000);
+	/* Before any assertion: the child loops until it is killed. */
 	ASSERT_EQ(0, kill(pid, SIGKILL));
 	ASSERT_EQ(pid, waitpid(pid, &status, 0));
 	ASSERT_TRUE(WIFSIGNALED(status));
+	EXPECT_EQ(3, workers);
 	for (tries = 0; tries < 100 && vmm_owner_workers(pid, NULL, NULL, 8); tries++)
 		usleep(100 * 1000);
 	EXPECT_EQ(0, vmm_owner_workers(pid, NULL, NULL, 8))
