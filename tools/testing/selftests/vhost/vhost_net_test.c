@@ -224,7 +224,7 @@ VHOST_TEST_F(net, busy_poll_ends_for_a_vmm_ioctl, 60)
 	struct vhost_vring_state t = { .index = VMM_NET_TX, .num = 5000000 };
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned char junk[2048];
-	int tx_tid, round, flags, polled = 0;
+	int tx_tid, round, flags, wait, polled = 0;
 	double worst = 0;
 
 	if (ncpu < 2)
@@ -248,6 +248,12 @@ VHOST_TEST_F(net, busy_poll_ends_for_a_vmm_ioctl, 60)
 		while (read(self->n.tap, junk, sizeof(junk)) > 0)
 			;
 		vmm_vq_kick(&self->n.vq[VMM_NET_TX]);
+		/*
+		 * An emulated CPU may take a while to get there (up to 1 s);
+		 * still running 20 ms later, it is polling, not handling.
+		 */
+		for (wait = 0; wait < 200 && thread_state(tx_tid) != 'R'; wait++)
+			usleep(5 * 1000);
 		usleep(20 * 1000);
 		if (thread_state(tx_tid) != 'R')
 			continue;	/* not polling */
