@@ -97,3 +97,52 @@ vmq_sparse_valid() {
 		[ "$(sh "$2/scripts/checker-valid.sh" "$1")" = 1 ] ||
 		die "$1 fails $2/scripts/checker-valid.sh: sparse would not run"
 }
+
+# vmq_apt_suite SUITE APTDIR: a private apt configuration in APTDIR for the
+# Debian suite SUITE (a "Types: deb" entry at the URI of the machine's own
+# Debian entry; its own lists and cache; /etc/apt untouched), its lists
+# fetched when missing or a week old.  Sets VMQ_APT to the apt-get options
+# that use it, and holds APTDIR/.lock on fd 8 for the caller's lifetime.
+vmq_apt_suite() {
+	local suite=$1 aptdir=$2 rel uri f
+
+	VMQ_APT=(-o "Dir::Etc::SourceList=$aptdir/sources.list"
+		 -o "Dir::Etc::SourceParts=$aptdir/sources.list.d"
+		 -o "Dir::State::Lists=$aptdir/lists" -o "Dir::Cache=$aptdir/cache")
+	mkdir -p "$aptdir/sources.list.d" "$aptdir/lists/partial" "$aptdir/cache/archives/partial"
+	exec 8>"$aptdir/.lock"
+	flock 8
+	rel=$(. /etc/os-release && echo "$VERSION_CODENAME")
+	uri=$({
+		for f in /etc/apt/sources.list.d/*.sources; do
+			[ -f "$f" ] || continue
+			awk -v rel="$rel" 'BEGIN { RS = ""; FS = "\n" }
+			     /(^|\n)Types:[^\n]*[ \t]deb([ \t]|\n|$)/ {
+				u = ""; s = 0
+				for (i = 1; i <= NF; i++) {
+					if ($i ~ /^URIs:/) { split($i, a, /[ \t]+/); u = a[2] }
+					if ($i ~ /^Suites:/ && $i ~ "[ \t]" rel "([ \t]|$)") s = 1
+				}
+				if (s && u != "") print u }' "$f"
+		done
+		for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+			[ -f "$f" ] || continue
+			awk -v rel="$rel" '{ sub(/\[[^]]*\][ \t]*/, "") }
+				$1 == "deb" && $3 == rel { print $2 }' "$f"
+		done
+	} | head -1)
+	[ -n "$uri" ] || die "no Debian deb entry for $rel in /etc/apt to take the mirror from"
+	cat >"$aptdir/sources.list.d/vmq-$suite.sources" <<-EOF
+	Types: deb
+	URIs: $uri
+	Suites: $suite
+	Components: main
+	Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+	EOF
+	: >"$aptdir/sources.list"
+	if [ -z "$(find "$aptdir/lists/.vmq-updated" -mtime -7 2>/dev/null)" ]; then
+		say "apt-get update (private $suite lists in $aptdir)"
+		apt-get "${VMQ_APT[@]}" update -q >/dev/null || die "apt-get update ($suite) failed"
+		touch "$aptdir/lists/.vmq-updated"
+	fi
+}
