@@ -50,14 +50,16 @@
 
 static const char usage[] =
 "usage: vduse_blk_bridge -d BACKING [-n NAME] [-q QUEUES] [-p perqueue|shared]\n"
-"                        [-b USEC]\n"
+"                        [-b USEC] [-r shared|perqueue]\n"
 "  Creates VDUSE virtio-blk device NAME (default vhostblk0) with QUEUES\n"
 "  queues (default 1) served by /dev/vhost-blk from BACKING (a block device\n"
 "  or file, opened O_DIRECT), binds it with \"vdpa dev add\" and runs until\n"
 "  SIGINT or SIGTERM.  -p shared puts every ring on one vhost worker; the\n"
 "  default gives each ring its own.  -b USEC: every ring busy-polls for up\n"
 "  to USEC microseconds before its worker sleeps\n"
-"  (VHOST_SET_VRING_BUSYLOOP_TIMEOUT; 0 disables; default: the module's).\n";
+"  (VHOST_SET_VRING_BUSYLOOP_TIMEOUT; 0 disables; default: the module's).\n"
+"  -r perqueue: a relay thread per queue for vhost's interrupts (vdb-relayN)\n"
+"  instead of one for all (vdb-relay, the default).\n";
 
 struct region {
 	uint64_t iova, size;
@@ -73,10 +75,13 @@ static struct {
 	struct region reg[MAX_REGIONS];
 	unsigned int nreg;
 	int kick[VHOST_BLK_MAX_QUEUES], call[VHOST_BLK_MAX_QUEUES];
-	int stop_relay;		/* eventfd: tells the relay thread to stop */
-	pthread_t relay;
+	int stop_relay;		/* eventfd: tells the relay threads to stop */
+	const char *relays;	/* -r: "shared" or "perqueue" */
+	pthread_t relay[VHOST_BLK_MAX_QUEUES];
+	unsigned int nrelay;
 	bool running;
-} br = { .name = "vhostblk0", .policy = "perqueue", .vhost = -1, .nq = 1, .busyloop = -1 };
+} br = { .name = "vhostblk0", .policy = "perqueue", .relays = "shared", .vhost = -1, .nq = 1,
+	  .busyloop = -1 };
 
 static void die(const char *what)
 {
@@ -105,29 +110,35 @@ static void *hva(uint64_t iova)
 
 /*
  * Relay vhost's "used buffers" signals to the guest as VDUSE interrupts.
- * One thread for all rings: on a 2-vCPU VM a thread per ring measured
- * slower, with either worker policy (more threads to wake on the same vCPUs).
+ * By default one thread for all rings: on a 2-vCPU VM a thread per ring
+ * measured slower, with either worker policy (more threads to wake on the
+ * same vCPUs).  With -r perqueue, ring q has thread q (the benchmark's
+ * instruction counts give every thread a vCPU of its own).  @arg is the
+ * first ring, as an integer; the thread takes it alone, or all rings from
+ * 0 when it is the only relay.
  */
 static void *relay(void *arg)
 {
+	unsigned int first = (uintptr_t)arg, n = br.nrelay == 1 ? br.nq : 1;
 	struct pollfd p[VHOST_BLK_MAX_QUEUES + 1];
-	unsigned int i;
+	unsigned int i, q;
 	uint64_t v;
 
-	for (i = 0; i < br.nq; i++)
-		p[i] = (struct pollfd){ .fd = br.call[i], .events = POLLIN };
-	p[br.nq] = (struct pollfd){ .fd = br.stop_relay, .events = POLLIN };
+	for (i = 0; i < n; i++)
+		p[i] = (struct pollfd){ .fd = br.call[first + i], .events = POLLIN };
+	p[n] = (struct pollfd){ .fd = br.stop_relay, .events = POLLIN };
 	for (;;) {
-		if (poll(p, br.nq + 1, -1) < 0 && errno != EINTR)
+		if (poll(p, n + 1, -1) < 0 && errno != EINTR)
 			break;
-		if (p[br.nq].revents)
+		if (p[n].revents)
 			break;
-		for (i = 0; i < br.nq; i++) {
+		for (i = 0; i < n; i++) {
 			if (!(p[i].revents & POLLIN))
 				continue;
-			if (read(br.call[i], &v, sizeof(v)) != sizeof(v))
+			if (read(p[i].fd, &v, sizeof(v)) != sizeof(v))
 				continue;
-			if (ioctl(br.dev, VDUSE_VQ_INJECT_IRQ, &i))
+			q = first + i;
+			if (ioctl(br.dev, VDUSE_VQ_INJECT_IRQ, &q))
 				perror("VDUSE_VQ_INJECT_IRQ");
 		}
 	}
@@ -295,9 +306,23 @@ static void start_vhost(void)
 				die("VHOST_SET_VRING_BUSYLOOP_TIMEOUT");
 		}
 	}
+	/* A semaphore-less eventfd: once written, every relay sees it. */
 	br.stop_relay = eventfd(0, EFD_CLOEXEC);
-	if (br.stop_relay < 0 || pthread_create(&br.relay, NULL, relay, NULL))
-		die("relay thread");
+	if (br.stop_relay < 0)
+		die("relay eventfd");
+	br.nrelay = strcmp(br.relays, "perqueue") ? 1 : br.nq;
+	for (q = 0; q < br.nrelay; q++) {
+		char name[16];
+
+		if (pthread_create(&br.relay[q], NULL, relay, (void *)(uintptr_t)q))
+			die("relay thread");
+		/* Named, so that the benchmark finds and pins them. */
+		if (br.nrelay == 1)
+			snprintf(name, sizeof(name), "vdb-relay");
+		else
+			snprintf(name, sizeof(name), "vdb-relay%u", q);
+		pthread_setname_np(br.relay[q], name);
+	}
 	if (ioctl(br.vhost, VHOST_BLK_SET_BACKEND, &be))
 		die("VHOST_BLK_SET_BACKEND");
 	br.running = true;
@@ -321,7 +346,8 @@ static void stop_vhost(void)
 	br.vhost = -1;
 	if (write(br.stop_relay, &one, sizeof(one)) != sizeof(one))
 		perror("stop relay");
-	pthread_join(br.relay, NULL);
+	for (i = 0; i < br.nrelay; i++)
+		pthread_join(br.relay[i], NULL);
 	close(br.stop_relay);
 	for (q = 0; q < br.nq; q++) {
 		struct vduse_vq_eventfd kick = { .index = q, .fd = VDUSE_EVENTFD_DEASSIGN };
@@ -402,7 +428,7 @@ int main(int argc, char **argv)
 	sigset_t sigs;
 	char *end;
 
-	while ((opt = getopt(argc, argv, "d:n:q:p:b:h")) != -1) {
+	while ((opt = getopt(argc, argv, "d:n:q:p:b:r:h")) != -1) {
 		switch (opt) {
 		case 'd':
 			path = optarg;
@@ -415,6 +441,9 @@ int main(int argc, char **argv)
 			break;
 		case 'p':
 			br.policy = optarg;
+			break;
+		case 'r':
+			br.relays = optarg;
 			break;
 		case 'b':
 			errno = 0;
@@ -432,7 +461,8 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!path || !br.nq || br.nq > VHOST_BLK_MAX_QUEUES ||
-	    (strcmp(br.policy, "perqueue") && strcmp(br.policy, "shared"))) {
+	    (strcmp(br.policy, "perqueue") && strcmp(br.policy, "shared")) ||
+	    (strcmp(br.relays, "perqueue") && strcmp(br.relays, "shared"))) {
 		fputs(usage, stderr);
 		return 2;
 	}
@@ -501,6 +531,7 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	pthread_create(&msg, NULL, messages, NULL);
+	pthread_setname_np(msg, "vdb-messages");
 
 	snprintf(cmd, sizeof(cmd), "vdpa dev add name %s mgmtdev vduse", br.name);
 	if (!run(cmd)) {
