@@ -363,20 +363,29 @@ static int slow_nullb_create(struct ctx *c)
 }
 
 /* Wait until the slow device has a request in flight. */
-static int slow_wait_in_flight(struct ctx *c)
+/*
+ * Wait up to @ms for the slow device to have requests in flight (@busy) or
+ * none: 0, -ETIMEDOUT or -EIO.
+ */
+static int slow_wait_inflight_for(struct ctx *c, bool busy, unsigned int ms)
 {
 	char path[64], buf[64];
 	unsigned int r, w, i;
 
 	snprintf(path, sizeof(path), "/sys/block/%s/inflight", c->slow_name);
-	for (i = 0; i < 400; i++) {
+	for (i = 0; i < ms / 5; i++) {
 		if (read_str(path, buf, sizeof(buf)))
 			return -EIO;
-		if (sscanf(buf, "%u %u", &r, &w) == 2 && r + w)
+		if (sscanf(buf, "%u %u", &r, &w) == 2 && (r + w != 0) == busy)
 			return 0;
 		usleep(5 * 1000);
 	}
 	return -ETIMEDOUT;
+}
+
+static int slow_wait_in_flight(struct ctx *c)
+{
+	return slow_wait_inflight_for(c, true, 2000);
 }
 
 static int iotlb_msg(int fd, uint8_t type, uint64_t iova, uint64_t size, void *uaddr)
@@ -2140,12 +2149,21 @@ static void *rescuer(void *arg)
  * use is evicted (2048 unrelated updates: vhost keeps max_iotlb_entries,
  * 2048 by default, and drops the oldest), then completed at the device:
  * returning it needs the used ring, whose miss went to the VMM.
+ *
+ * The device takes 3 s, so that the evictions (a few hundred ms on the
+ * debug kernel under TCG) are over before it completes: with 300 ms, a
+ * slow run evicted the used ring only after the completion had used it,
+ * and the case failed for want of a miss (7.3, a cold make check).  The
+ * evictions are timed and must end first.
  */
 static int evicted_completion(struct __test_metadata *_metadata, struct ctx *c)
 {
+	double t0, took;
 	void *buf;
-	int i, r = slow_nullb_create(c);
+	int i, r;
 
+	c->slow_nsec = "3000000000";
+	r = slow_nullb_create(c);
 	if (r)
 		return r;
 	ASSERT_EQ(0, blk_open(c, 1, 64, V1 | PLATFORM, 2 << 20));
@@ -2155,12 +2173,17 @@ static int evicted_completion(struct __test_metadata *_metadata, struct ctx *c)
 	ASSERT_NE(NULL, buf);
 	ASSERT_LE(0, vmm_blk_post(&c->b, 0, VIRTIO_BLK_T_IN, 0, buf, 4096, 1, false, NULL));
 	vmm_vq_kick(&c->b.vq[0]);
+	t0 = now_s();
 	ASSERT_EQ(0, slow_wait_in_flight(c));
 	for (i = 0; i < 2048; i++)
 		ASSERT_EQ(0, iotlb_msg(c->b.fd, VHOST_IOTLB_UPDATE, (1ULL << 40) + i * 4096ULL,
 				       4096, c->b.vmm.mem));
-	/* Completed at the device, stuck on the miss. */
-	usleep(600 * 1000);
+	took = now_s() - t0;
+	TH_LOG("in flight and 2048 IOTLB updates in %.2f s", took);
+	ASSERT_GT(2.5, took) TH_LOG("the device takes 3 s: judged too late");
+	/* Completed at the device, then stuck on the miss. */
+	ASSERT_EQ(0, slow_wait_inflight_for(c, false, 10000));
+	usleep(300 * 1000);
 	ASSERT_EQ(-1, vmm_blk_reap(&c->b, 0, NULL, NULL, 0));
 	return 0;
 }
