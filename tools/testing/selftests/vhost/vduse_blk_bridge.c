@@ -22,7 +22,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -31,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -76,6 +76,7 @@ static struct {
 	unsigned int nreg;
 	int kick[VHOST_BLK_MAX_QUEUES], call[VHOST_BLK_MAX_QUEUES];
 	int stop_relay;		/* eventfd: tells the relay threads to stop */
+	bool relay_stop;	/* set once the relays are to stop (atomics) */
 	const char *relays;	/* -r: "shared" or "perqueue" */
 	pthread_t relay[VHOST_BLK_MAX_QUEUES];
 	unsigned int nrelay;
@@ -116,32 +117,69 @@ static void *hva(uint64_t iova)
  * instruction counts give every thread a vCPU of its own).  @arg is the
  * first ring, as an integer; the thread takes it alone, or all rings from
  * 0 when it is the only relay.
+ *
+ * This thread stands in for KVM's irqfd, which VDUSE lacks, and its cost
+ * counts as the backend's, so it does as little as it can per interrupt: a
+ * thread with one ring sleeps in read() on the eventfd (no poll table to
+ * set up and tear down each time), one with several in epoll_wait(), whose
+ * registrations outlive the call.  stop_vhost() sets br.relay_stop, then
+ * writes the call eventfds and br.stop_relay.
  */
 static void *relay(void *arg)
 {
 	unsigned int first = (uintptr_t)arg, n = br.nrelay == 1 ? br.nq : 1;
-	struct pollfd p[VHOST_BLK_MAX_QUEUES + 1];
+	struct epoll_event ev[VHOST_BLK_MAX_QUEUES + 1];
 	unsigned int i, q;
+	int ep, k;
 	uint64_t v;
 
-	for (i = 0; i < n; i++)
-		p[i] = (struct pollfd){ .fd = br.call[first + i], .events = POLLIN };
-	p[n] = (struct pollfd){ .fd = br.stop_relay, .events = POLLIN };
+	if (n == 1) {
+		for (;;) {
+			if (read(br.call[first], &v, sizeof(v)) != sizeof(v)) {
+				if (errno == EINTR)
+					continue;
+				break;
+			}
+			/* Pairs with the release in stop_vhost(). */
+			if (__atomic_load_n(&br.relay_stop, __ATOMIC_ACQUIRE))
+				break;
+			if (ioctl(br.dev, VDUSE_VQ_INJECT_IRQ, &first))
+				perror("VDUSE_VQ_INJECT_IRQ");
+		}
+		return NULL;
+	}
+	ep = epoll_create1(EPOLL_CLOEXEC);
+	if (ep < 0) {
+		perror("epoll_create1");
+		return NULL;
+	}
+	for (i = 0; i <= n; i++) {
+		struct epoll_event e = { .events = EPOLLIN, .data.u32 = first + i };
+		int fd = i < n ? br.call[first + i] : br.stop_relay;
+
+		if (i == n)
+			e.data.u32 = UINT32_MAX;
+		if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &e)) {
+			perror("epoll_ctl");
+			goto out;
+		}
+	}
 	for (;;) {
-		if (poll(p, n + 1, -1) < 0 && errno != EINTR)
+		k = epoll_wait(ep, ev, n + 1, -1);
+		if (k < 0 && errno != EINTR)
 			break;
-		if (p[n].revents)
-			break;
-		for (i = 0; i < n; i++) {
-			if (!(p[i].revents & POLLIN))
+		for (i = 0; i < (unsigned int)(k > 0 ? k : 0); i++) {
+			q = ev[i].data.u32;
+			if (q == UINT32_MAX)
+				goto out;
+			if (read(br.call[q], &v, sizeof(v)) != sizeof(v))
 				continue;
-			if (read(p[i].fd, &v, sizeof(v)) != sizeof(v))
-				continue;
-			q = first + i;
 			if (ioctl(br.dev, VDUSE_VQ_INJECT_IRQ, &q))
 				perror("VDUSE_VQ_INJECT_IRQ");
 		}
 	}
+out:
+	close(ep);
 	return NULL;
 }
 
@@ -283,7 +321,8 @@ static void start_vhost(void)
 		if (ioctl(br.vhost, VHOST_SET_VRING_ADDR, &a))
 			die("VHOST_SET_VRING_ADDR");
 		br.kick[q] = eventfd(0, EFD_CLOEXEC);
-		br.call[q] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		/* Blocking: a relay of one ring sleeps in read() on it. */
+		br.call[q] = eventfd(0, EFD_CLOEXEC);
 		kick.fd = br.kick[q];
 		if (ioctl(br.dev, VDUSE_VQ_SETUP_KICKFD, &kick))
 			die("VDUSE_VQ_SETUP_KICKFD");
@@ -344,8 +383,14 @@ static void stop_vhost(void)
 	/* Closing the device drains every request in flight. */
 	close(br.vhost);
 	br.vhost = -1;
+	/* Pairs with the acquire in relay(): a woken relay sees it set. */
+	__atomic_store_n(&br.relay_stop, true, __ATOMIC_RELEASE);
 	if (write(br.stop_relay, &one, sizeof(one)) != sizeof(one))
 		perror("stop relay");
+	/* The relays of one ring each sleep in read() on their eventfd. */
+	for (q = 0; q < br.nq; q++)
+		if (br.call[q] >= 0 && write(br.call[q], &one, sizeof(one)) != sizeof(one))
+			perror("stop relay");
 	for (i = 0; i < br.nrelay; i++)
 		pthread_join(br.relay[i], NULL);
 	close(br.stop_relay);
