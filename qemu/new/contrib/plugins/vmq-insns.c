@@ -26,7 +26,19 @@
  * The marking vCPU's own counts are exact at the mark; other vCPUs' are
  * read as they run.
  *
- * Arguments: out=PATH (default: QEMU's log, qemu_plugin_outs()).
+ * With profile=on, the plugin also counts how often each vCPU runs each
+ * translation block.  A mark with code 1 sets those counts to zero; a mark
+ * with code 2 writes, after its own line, one line per block a vCPU ran
+ * since:
+ *
+ *   prof VCPU VADDR INSNS RUNS
+ *
+ * (VADDR in hex; INSNS the block's length), which vmq/insns-profile turns
+ * into instructions per I/O per guest function.  Slower, and the output
+ * is large: for a profiling run, not for the benchmark's counts.
+ *
+ * Arguments: out=PATH (default: QEMU's log, qemu_plugin_outs()),
+ * profile=on.
  * Built against the qemu-plugin.h of the QEMU that loads it (API version 1,
  * QEMU 7.2).
  */
@@ -61,11 +73,21 @@ static FILE *out;
 /* Serialises the lines of marks made on several vCPUs at once. */
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* What a block's exec callback adds: its length and which count. */
+/*
+ * What a block's exec callback adds: its length and which count.  With
+ * profile=on, also its address and how often each vCPU ran it, on the list
+ * of all blocks (vmq_tbs, under out_lock; the runs are each vCPU's own).
+ */
 struct vmq_tb {
     uint32_t n;
     uint32_t user;
+    uint64_t vaddr;
+    struct vmq_tb *next;
+    uint64_t runs[];
 };
+
+static int profile;
+static struct vmq_tb *vmq_tbs;
 
 static void vmq_tb_exec(unsigned int vcpu, void *udata)
 {
@@ -75,6 +97,39 @@ static void vmq_tb_exec(unsigned int vcpu, void *udata)
     if (vcpu < VMQ_MAX_VCPUS) {
         c = &counts[vcpu][tb->user];
         __atomic_store_n(c, *c + tb->n, __ATOMIC_RELAXED);
+        if (profile) {
+            c = (uint64_t *)&tb->runs[vcpu];
+            __atomic_store_n(c, *c + 1, __ATOMIC_RELAXED);
+        }
+    }
+}
+
+/* Called with out_lock held, at a mark with code 1 (reset) or 2 (write). */
+static void vmq_profile(unsigned int code)
+{
+    struct vmq_tb *t;
+    char line[80];
+    uint64_t r;
+    int v;
+
+    for (t = vmq_tbs; t; t = t->next) {
+        for (v = 0; v < nvcpus; v++) {
+            if (code == 1) {
+                __atomic_store_n(&t->runs[v], 0, __ATOMIC_RELAXED);
+                continue;
+            }
+            r = __atomic_load_n(&t->runs[v], __ATOMIC_RELAXED);
+            if (!r) {
+                continue;
+            }
+            snprintf(line, sizeof(line), "prof %d %" PRIx64 " %u %" PRIu64 "\n",
+                     v, t->vaddr, t->n, r);
+            if (out) {
+                fputs(line, out);
+            } else {
+                qemu_plugin_outs(line);
+            }
+        }
     }
 }
 
@@ -97,9 +152,14 @@ static void vmq_mark(unsigned int vcpu, void *udata)
     pthread_mutex_lock(&out_lock);
     if (out) {
         fputs(line, out);
-        fflush(out);
     } else {
         qemu_plugin_outs(line);
+    }
+    if (profile) {
+        vmq_profile((unsigned int)(uintptr_t)udata);
+    }
+    if (out) {
+        fflush(out);
     }
     pthread_mutex_unlock(&out_lock);
 }
@@ -131,12 +191,19 @@ static void vmq_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
      * Blocks are translated once and run many times; their descriptors
      * live as long as QEMU does (a few MB over a benchmark).
      */
-    t = malloc(sizeof(*t));
+    t = calloc(1, sizeof(*t) + (profile ? nvcpus * sizeof(t->runs[0]) : 0));
     if (!t) {
         return;
     }
     t->n = n;
-    t->user = qemu_plugin_tb_vaddr(tb) < VMQ_KERNEL_START;
+    t->vaddr = qemu_plugin_tb_vaddr(tb);
+    t->user = t->vaddr < VMQ_KERNEL_START;
+    if (profile) {
+        pthread_mutex_lock(&out_lock);
+        t->next = vmq_tbs;
+        vmq_tbs = t;
+        pthread_mutex_unlock(&out_lock);
+    }
     qemu_plugin_register_vcpu_tb_exec_cb(tb, vmq_tb_exec,
                                          QEMU_PLUGIN_CB_NO_REGS, t);
     for (i = 0; i < n; i++) {
@@ -182,6 +249,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id,
                 perror(argv[i] + 4);
                 return -1;
             }
+        } else if (!strcmp(argv[i], "profile=on")) {
+            profile = 1;
         } else {
             fprintf(stderr, "vmq-insns: unknown argument %s\n", argv[i]);
             return -1;
