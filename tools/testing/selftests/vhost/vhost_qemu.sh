@@ -426,17 +426,28 @@ smp=2
 # mainline's are QEMU's own threads, each named "vhost-<tid>" after the
 # QEMU thread that made it (a vCPU thread starting the device, say).
 workers_cpu() {
-	local t c
+	local t c st f k v sw
+	# Shell builtins only: a fork per process of the (debug, emulated)
+	# machine made a snapshot take seconds, and the guest's reads moved
+	# between the marks' windows.
 	for t in /proc/[0-9]* /proc/"$qpid"/task/[0-9]*; do
-		c=$(cat "$t/comm" 2>/dev/null) || continue
+		read -r c 2>/dev/null <"$t/comm" || continue
 		case $t:$c in
 		/proc/"$qpid"/task/*:vhost-*) ;;
 		/proc/"$qpid"/task/*) continue ;;
 		*:vhost-"$qpid"|*:vhost-"$qpid"-*) ;;
 		*) continue ;;
 		esac
-		echo "$c:${t##*/} $(awk '{ print $14 + $15 }' "$t/stat")" \
-			"$(awk '/ctxt_switches/ { s += $2 } END { print s + 0 }' "$t/status")"
+		read -r st 2>/dev/null <"$t/stat" || continue
+		# Fields 14 and 15 (utime, stime): 12th and 13th after comm.
+		read -ra f <<<"${st##*) }"
+		sw=0
+		while read -r k v; do
+			case $k in
+			voluntary_ctxt_switches:|nonvoluntary_ctxt_switches:) sw=$((sw + v)) ;;
+			esac
+		done 2>/dev/null <"$t/status"
+		echo "$c:${t##*/} $((f[11] + f[12])) $sw"
 	done
 }
 # Ticks (column 2; 3: wake-ups) all workers spent between the marks $2
