@@ -104,6 +104,16 @@ static void vmq_tb_exec(unsigned int vcpu, void *udata)
     }
 }
 
+/* One line to the output.  Called with out_lock held. */
+static void vmq_puts(const char *line)
+{
+    if (out) {
+        fputs(line, out);
+    } else {
+        qemu_plugin_outs(line);
+    }
+}
+
 /* Called with out_lock held, at a mark with code 1 (reset) or 2 (write). */
 static void vmq_profile(unsigned int code)
 {
@@ -124,11 +134,7 @@ static void vmq_profile(unsigned int code)
             }
             snprintf(line, sizeof(line), "prof %d %" PRIx64 " %u %" PRIu64 "\n",
                      v, t->vaddr, t->n, r);
-            if (out) {
-                fputs(line, out);
-            } else {
-                qemu_plugin_outs(line);
-            }
+            vmq_puts(line);
         }
     }
 }
@@ -150,11 +156,7 @@ static void vmq_mark(unsigned int vcpu, void *udata)
     }
     snprintf(line + len, sizeof(line) - len, "\n");
     pthread_mutex_lock(&out_lock);
-    if (out) {
-        fputs(line, out);
-    } else {
-        qemu_plugin_outs(line);
-    }
+    vmq_puts(line);
     if (profile) {
         vmq_profile((unsigned int)(uintptr_t)udata);
     }

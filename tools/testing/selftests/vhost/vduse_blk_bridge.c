@@ -154,11 +154,11 @@ static void *relay(void *arg)
 		return NULL;
 	}
 	for (i = 0; i <= n; i++) {
-		struct epoll_event e = { .events = EPOLLIN, .data.u32 = first + i };
+		/* The stop eventfd is UINT32_MAX, a ring its index. */
+		struct epoll_event e = { .events = EPOLLIN,
+					 .data.u32 = i < n ? first + i : UINT32_MAX };
 		int fd = i < n ? br.call[first + i] : br.stop_relay;
 
-		if (i == n)
-			e.data.u32 = UINT32_MAX;
 		if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &e)) {
 			perror("epoll_ctl");
 			goto out;
@@ -166,9 +166,12 @@ static void *relay(void *arg)
 	}
 	for (;;) {
 		k = epoll_wait(ep, ev, n + 1, -1);
-		if (k < 0 && errno != EINTR)
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
 			break;
-		for (i = 0; i < (unsigned int)(k > 0 ? k : 0); i++) {
+		}
+		for (i = 0; i < (unsigned int)k; i++) {
 			q = ev[i].data.u32;
 			if (q == UINT32_MAX)
 				goto out;
