@@ -146,3 +146,40 @@ vmq_apt_suite() {
 		touch "$aptdir/lists/.vmq-updated"
 	fi
 }
+
+# vmq_nested_initrd DIR SCRIPT CMD: DIR/initrd.cpio, the initramfs of a
+# nested guest (programs started from the vmq guest's root over nested 9p
+# load slowly, so it is self-contained): busybox, bash and fio with the
+# libraries they load, SCRIPT as /SCRIPT's-name, and an init that mounts
+# the pseudo file systems, takes the serial console as its terminal and
+# runs CMD, then sleeps.
+vmq_nested_initrd() {
+	local dir=$1 script=$2 cmd=$3 ird=$1/initrd prog p lib
+	mkdir -p "$ird/bin" "$ird/"{dev,proc,sys,tmp}
+	cp "$(command -v busybox)" "$ird/bin/busybox"
+	ln -s busybox "$ird/bin/sh"
+	for prog in bash fio; do
+		p=$(command -v $prog)
+		cp "$p" "$ird/bin/$prog"
+		ldd "$p" | awk '/=> \// { print $3 } /^\t\// { print $1 }' |
+			while read -r lib; do
+				mkdir -p "$ird$(dirname "$lib")"
+				[ -e "$ird$lib" ] || cp -L "$lib" "$ird$lib"
+			done
+	done
+	cp "$script" "$ird/${script##*/}"
+	cat >"$ird/init" <<-EOI
+	#!/bin/sh
+	/bin/busybox --install -s /bin
+	export PATH=/bin
+	mount -t proc none /proc
+	mount -t devtmpfs none /dev
+	mount -t sysfs none /sys
+	mount -t tmpfs none /tmp
+	exec </dev/ttyS0 >/dev/ttyS0 2>&1
+	$cmd
+	exec sleep 3600
+	EOI
+	chmod 755 "$ird/init"
+	(cd "$ird" && find . | cpio -o -H newc --quiet) >"$dir/initrd.cpio"
+}
