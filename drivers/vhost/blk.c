@@ -18,11 +18,15 @@
  * interrupt context, only put the request on the ring's completion list and
  * queue the ring's complete_work, which then writes the status bytes, fills
  * the used ring, logs dirty pages and signals the guest once for the whole
- * batch, again on the ring's worker.  Each ring gets a worker of its own
- * when it starts, unless the worker_pool module parameter or the VMM (with
- * the vhost worker ioctls) say otherwise, or the device is in kthread mode
- * (VHOST_SET_FORK_FROM_OWNER off), where the core makes no new workers and
- * every ring stays on the default one.
+ * batch, again on the ring's worker.  A request that completes while the
+ * handler is still submitting, in its own task (null_blk and page-cache I/O
+ * complete inline), is returned by the handler itself once it has submitted
+ * the batch, without a second pass through the worker (the ring's
+ * submitter).  Each ring gets a worker of its own when it starts, unless
+ * the worker_pool module parameter or the VMM (with the vhost worker ioctls)
+ * say otherwise, or the device is in kthread mode (VHOST_SET_FORK_FROM_OWNER
+ * off), where the core makes no new workers and every ring stays on the
+ * default one.
  *
  * The fast path shares nothing between rings: a request lives in a slot its
  * ring allocated when it started (no allocation per request, unless its
@@ -204,6 +208,18 @@ struct vhost_blk_vq {
 	 * tries again later.  Cancelled before the ring's worker may go.
 	 */
 	struct delayed_work frozen_work;
+	/*
+	 * The task submitting this ring's requests, from the handler's plug
+	 * to its last submission, or NULL.  A request that completes in that
+	 * task meanwhile (the block layer completes inline, in the submitting
+	 * context, as null_blk does, or an interrupt arrives on its CPU) is
+	 * only put on @completed: the handler returns it itself once its
+	 * submissions are out, with no trip through complete_work.  Written
+	 * by the handler under vq.mutex; read in any context without it
+	 * (READ_ONCE/WRITE_ONCE): only the task it names, or an interrupt
+	 * of that task, can see itself in it.
+	 */
+	struct task_struct *submitter;
 	/*
 	 * The rest under vq.mutex.  paused: the handler takes no request (a
 	 * quiesce is draining the device).  inflight: requests taken off this
@@ -406,6 +422,15 @@ static void vhost_blk_req_done(struct vhost_blk_req *req, u8 status)
 	if (status != VIRTIO_BLK_S_OK)
 		req->data_written = 0;	/* only the status byte */
 	/*
+	 * Completed within the handler's own submissions: it returns the
+	 * request after them (vhost_blk_return_inline()), holding vq.mutex
+	 * and with its worker, so neither can go meanwhile.
+	 */
+	if (READ_ONCE(bvq->submitter) == current) {
+		llist_add(&req->node, &bvq->completed);
+		return;
+	}
+	/*
 	 * Once the request is on the list, the ring's worker (or a drain,
 	 * below) may return it, the drain may finish and the device be
 	 * released.  The read section keeps the worker and the device valid
@@ -483,25 +508,22 @@ static void vhost_blk_invalidate(struct vhost_blk_req *req)
 					      (req->pos + req->len - 1) >> PAGE_SHIFT);
 }
 
-static void vhost_blk_complete_work(struct vhost_work *work)
+/*
+ * Return the completed requests at @node (taken off bvq->completed) to the
+ * guest: status bytes, used ring, one signal.  Under vq.mutex, on the
+ * ring's worker.
+ */
+static void vhost_blk_return(struct vhost_blk_vq *bvq, struct llist_node *node)
 {
-	struct vhost_blk_vq *bvq = container_of(work, struct vhost_blk_vq,
-						complete_work);
 	struct vhost_virtqueue *vq = &bvq->vq;
 	struct vhost_blk *blk = vhost_blk_of(vq);
 	/* vhost_dev_init() gave every ring UIO_MAXIOV of them. */
 	struct vring_used_elem *used = vq->heads;
 	struct vhost_blk_req *req, *tmp;
 	unsigned int nused = 0;
-	struct llist_node *node;
 	bool drop = false;
 
 	BUILD_BUG_ON(VHOST_BLK_MAX_SLOTS > UIO_MAXIOV);
-	node = llist_del_all(&bvq->completed);
-	if (!node)
-		return;
-
-	mutex_lock(&vq->mutex);
 	/*
 	 * The used ring may be unreachable through the device IOTLB: the miss
 	 * went to the VMM, and the update that answers it queues the kick
@@ -517,7 +539,6 @@ static void vhost_blk_complete_work(struct vhost_work *work)
 		if (!READ_ONCE(blk->dying) && !bvq->paused) {
 			llist_for_each_entry_safe(req, tmp, node, node)
 				llist_add(&req->node, &bvq->completed);
-			mutex_unlock(&vq->mutex);
 			return;
 		}
 		if (!READ_ONCE(blk->dying))
@@ -552,12 +573,12 @@ static void vhost_blk_complete_work(struct vhost_work *work)
 		/*
 		 * The slot is free again; its entry is published below,
 		 * before a drain this may wake can finish: the drain
-		 * flushes this work.
+		 * waits for vq.mutex.
 		 */
 		vhost_blk_req_put(req);
 	}
 	if (drop)
-		goto out;
+		return;
 	/*
 	 * At most one request per slot is in flight: the list fits.  One
 	 * used index update and one signal for the whole batch; the status
@@ -576,8 +597,37 @@ static void vhost_blk_complete_work(struct vhost_work *work)
 		bvq->full = false;
 		vhost_poll_queue(&vq->poll);
 	}
-out:
-	mutex_unlock(&vq->mutex);
+}
+
+static void vhost_blk_complete_work(struct vhost_work *work)
+{
+	struct vhost_blk_vq *bvq = container_of(work, struct vhost_blk_vq,
+						complete_work);
+	struct llist_node *node;
+
+	node = llist_del_all(&bvq->completed);
+	if (!node)
+		return;
+	mutex_lock(&bvq->vq.mutex);
+	vhost_blk_return(bvq, node);
+	mutex_unlock(&bvq->vq.mutex);
+}
+
+/*
+ * The handler's submissions are out: stop taking completions inline and
+ * return those that came.  Clearing submitter first leaves no gap: a
+ * completion in this task (an interrupt of it) before the store is on
+ * the list when it is read below, in program order; any after it queues
+ * complete_work.  Under vq.mutex.
+ */
+static void vhost_blk_return_inline(struct vhost_blk_vq *bvq)
+{
+	struct llist_node *node;
+
+	WRITE_ONCE(bvq->submitter, NULL);
+	node = llist_del_all(&bvq->completed);
+	if (node)
+		vhost_blk_return(bvq, node);
 }
 
 /*
@@ -1082,8 +1132,17 @@ static bool vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 	memcpy(req->iov, vq->iov, (out + in) * sizeof(*req->iov));
 
 	iov_iter_init(&from, WRITE, req->iov, out, iov_length(req->iov, out));
-	if (copy_from_iter(&hdr, sizeof(hdr), &from) != sizeof(hdr))
+	/*
+	 * The header nearly always has the first descriptor to itself: one
+	 * copy_from_user() then, not the iterator's walk over the segments.
+	 */
+	if (likely(out && req->iov[0].iov_len >= sizeof(hdr))) {
+		if (copy_from_user(&hdr, req->iov[0].iov_base, sizeof(hdr)))
+			goto err;
+		iov_iter_advance(&from, sizeof(hdr));
+	} else if (copy_from_iter(&hdr, sizeof(hdr), &from) != sizeof(hdr)) {
 		goto err;
+	}
 	/*
 	 * The data the device may write: the in part without the status
 	 * byte, taken out of the iovec that holds it (the request's own copy)
@@ -1221,6 +1280,8 @@ static void vhost_blk_handle_kick(struct vhost_work *work)
 	log = unlikely(vhost_has_feature(vq, VHOST_F_LOG_ALL)) ? vq->log : NULL;
 
 	old_cred = override_creds(bvq->cred);
+	/* Paired with vhost_blk_return_inline(), which clears it. */
+	WRITE_ONCE(bvq->submitter, current);
 	/* The batch reaches a block device's queue in one go. */
 	blk_start_plug(&plug);
 	vhost_disable_notify(&blk->dev, vq);
@@ -1266,6 +1327,7 @@ static void vhost_blk_handle_kick(struct vhost_work *work)
 	}
 	blk_finish_plug(&plug);
 	revert_creds(old_cred);
+	vhost_blk_return_inline(bvq);
 out:
 	mutex_unlock(&vq->mutex);
 }
