@@ -20,13 +20,13 @@
  * the used ring, logs dirty pages and signals the guest once for the whole
  * batch, again on the ring's worker.  A request that completes while the
  * handler is still submitting, in its own task (null_blk and page-cache I/O
- * complete inline), is returned by the handler itself once it has submitted
- * the batch, without a second pass through the worker (the ring's
- * submitter).  Each ring gets a worker of its own when it starts, unless
- * the worker_pool module parameter or the VMM (with the vhost worker ioctls)
- * say otherwise, or the device is in kthread mode (VHOST_SET_FORK_FROM_OWNER
- * off), where the core makes no new workers and every ring stays on the
- * default one.
+ * complete inline; an interrupt of the worker), is returned by the handler
+ * itself once it has submitted the batch, without a second pass through the
+ * worker (the ring's submitter).  Each ring gets a worker of its own when
+ * it starts, unless the worker_pool module parameter or the VMM (with the
+ * vhost worker ioctls) say otherwise, or the device is in kthread mode
+ * (VHOST_SET_FORK_FROM_OWNER off), where the core makes no new workers and
+ * every ring stays on the default one.
  *
  * The fast path shares nothing between rings: a request lives in a slot its
  * ring allocated when it started (no allocation per request, unless its
@@ -189,6 +189,19 @@ struct vhost_blk_vq {
 	struct vhost_virtqueue vq;
 	/* Requests done and waiting to be returned; any context may add. */
 	struct llist_head completed;
+	/*
+	 * The task submitting this ring's requests, from the handler's plug
+	 * to its last submission, or NULL.  A request that completes in that
+	 * task meanwhile (the block layer completes inline, in the submitting
+	 * context, as null_blk does, or an interrupt arrives on its CPU) is
+	 * only put on @completed: the handler returns it itself once its
+	 * submissions are out, with no trip through complete_work.  Written
+	 * by the handler under vq.mutex; read in any context without it
+	 * (READ_ONCE/WRITE_ONCE): only the task it names, or an interrupt
+	 * of that task, can see itself in it.  Next to @completed, which
+	 * every completion writes anyway.
+	 */
+	struct task_struct *submitter;
 	/* Returns completed requests to the guest, on the ring's worker. */
 	struct vhost_work complete_work;
 	/* The VMM bound this ring to a worker itself.  Under dev.mutex. */
@@ -208,18 +221,6 @@ struct vhost_blk_vq {
 	 * tries again later.  Cancelled before the ring's worker may go.
 	 */
 	struct delayed_work frozen_work;
-	/*
-	 * The task submitting this ring's requests, from the handler's plug
-	 * to its last submission, or NULL.  A request that completes in that
-	 * task meanwhile (the block layer completes inline, in the submitting
-	 * context, as null_blk does, or an interrupt arrives on its CPU) is
-	 * only put on @completed: the handler returns it itself once its
-	 * submissions are out, with no trip through complete_work.  Written
-	 * by the handler under vq.mutex; read in any context without it
-	 * (READ_ONCE/WRITE_ONCE): only the task it names, or an interrupt
-	 * of that task, can see itself in it.
-	 */
-	struct task_struct *submitter;
 	/*
 	 * The rest under vq.mutex.  paused: the handler takes no request (a
 	 * quiesce is draining the device).  inflight: requests taken off this
@@ -1287,7 +1288,7 @@ static void vhost_blk_handle_kick(struct vhost_work *work)
 	vhost_disable_notify(&blk->dev, vq);
 	for (;;) {
 		if (unlikely(!bvq->free)) {
-			/* complete_work restarts us once some are returned. */
+			/* Returning some restarts us (vhost_blk_return()). */
 			bvq->full = true;
 			break;
 		}
@@ -1473,7 +1474,7 @@ static void vhost_blk_resume(struct vhost_blk *blk)
  * @killable (ioctl paths) a fatal signal ends the wait for a ring's mutex
  * with -EINTR, and the rings paused so far are let go again.  Completions
  * that wait for an IOTLB update are looked at again: a paused ring drops
- * them (see vhost_blk_complete_work()).
+ * them (see vhost_blk_return()).
  */
 static int vhost_blk_pause(struct vhost_blk *blk, bool killable)
 {
