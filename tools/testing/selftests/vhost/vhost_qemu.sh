@@ -14,7 +14,16 @@
 #
 # The guest runs from an initramfs made here: busybox, this machine's bash
 # and fio with their libraries, and this script.  vhost_blk.worker_pool
-# is set for each boot (below) and restored at the end.  Cases:
+# is set for each boot (below) and restored at the end.
+#
+#   vhost_qemu.sh [GROUP...]   GROUP: backends, viommu, mq, net (default
+#                              all four, in that order)
+#
+# kselftest runs each group on its own (vhost_qemu_GROUP.sh), each within
+# the directory's timeout: under double TCG a guest takes minutes, and the
+# four together took from 18 to over 30 minutes.  Cases, by group:
+#
+# backends: null_blk and files
 #   nullb_two_queues_fio_verify  -device vhost-blk-pci,num-queues=2 on
 #       /dev/nullb0: the guest sees /dev/vda with 2 queues, fio (2 jobs, one
 #       per vCPU, random writes with crc32c, read back and verified) passes;
@@ -49,6 +58,8 @@
 #   file_4k_direct_blk_size      a third file, direct=on, on ext4 over a
 #       loop device with 4K sectors: the guest gets 4K blocks, and 4K direct
 #       writes read back equal;
+#
+# viommu: behind an IOMMU
 #   viommu_access_platform_fio_verify  the same null_blk behind QEMU's
 #       intel-iommu (q35, iommu_platform=on): the guest negotiates
 #       VIRTIO_F_ACCESS_PLATFORM, its DMA is translated (an IOMMU group of
@@ -68,10 +79,14 @@
 #       not force (it passed on the kernel before the fix, lazy and
 #       strict flushes alike); vhost_blk_hardening_test's
 #       iotlb_invalidate_never_waits_for_a_miss forces it;
+#
+# mq: the default number of queues
 #   default_num_queues_per_vcpu  4 vCPUs, vhost-blk-pci without num-queues:
 #       the guest sees 4 queues, fio verify (4 jobs, one per vCPU) passes;
 #   default_num_queues_worker_per_queue  with worker_pool=1, 4 worker
 #       threads, each woke for that fio;
+#
+# net: vhost-net
 #   tap_per_ring_workers_ping    -netdev tap,vhost=on,vhost-workers=per-ring:
 #       the guest and this machine ping each other over the tap (20
 #       pings of 1400 bytes), and both
@@ -317,15 +332,33 @@ fi
 qemu=${VHOST_QEMU:-}
 kernel=${VHOST_QEMU_KERNEL:-}
 fw=${VHOST_QEMU_FW:-/usr/share/qemu:/usr/share/seabios}
-cases=(nullb_two_queues_fio_verify nullb_worker_per_queue nullb_reboot_then_io
-       nullb_rebind_fewer_queues_io
-       file_fio_verify file_shrunk_read_eio file_resize_refresh_size
-       serial_empty_unless_given
-       file_image_locked file_poll_us_busy_polls file_4k_direct_blk_size
-       viommu_access_platform_fio_verify viommu_workers_shared_one_thread
-       viommu_iotlb_overflow_then_stop
-       default_num_queues_per_vcpu default_num_queues_worker_per_queue
-       tap_per_ring_workers_ping)
+# The groups of cases, each on guests of its own: vhost_qemu.sh GROUP...
+# runs those named, in this order, all four without arguments.
+all_groups=(backends viommu mq net)
+declare -A group_cases=(
+	[backends]="nullb_two_queues_fio_verify nullb_worker_per_queue
+		nullb_reboot_then_io nullb_rebind_fewer_queues_io
+		file_fio_verify file_shrunk_read_eio file_resize_refresh_size
+		serial_empty_unless_given file_image_locked
+		file_poll_us_busy_polls file_4k_direct_blk_size"
+	[viommu]="viommu_access_platform_fio_verify
+		viommu_workers_shared_one_thread viommu_iotlb_overflow_then_stop"
+	[mq]="default_num_queues_per_vcpu default_num_queues_worker_per_queue"
+	[net]="tap_per_ring_workers_ping"
+)
+for g in "$@"; do
+	[ -n "${group_cases[$g]:-}" ] && continue
+	echo "usage: $0 [${all_groups[*]}]...: no group '$g'" >&2
+	exit 1
+done
+groups=()
+cases=()
+for g in "${all_groups[@]}"; do
+	[ $# = 0 ] || [[ " $* " == *" $g "* ]] || continue
+	groups+=("$g")
+	cases+=(${group_cases[$g]})
+done
+want() { [[ " ${groups[*]} " == *" $1 "* ]]; }
 echo "TAP version 13"
 echo "1..${#cases[@]}"
 skipall() {
@@ -343,13 +376,18 @@ skipall() {
 	skipall "VHOST_QEMU_KERNEL not set or unreadable (the guest's bzImage)"
 [ "$(id -u)" = 0 ] || skipall "needs root (/dev/nullb0, vhost threads of another uid)"
 [ -e /dev/vhost-blk ] || skipall "/dev/vhost-blk missing (CONFIG_VHOST_BLK)"
-[ -b /dev/nullb0 ] || skipall "/dev/nullb0 missing (null_blk.nr_devices=1 memory_backed=1)"
-[ "$(cat /sys/module/null_blk/parameters/memory_backed 2>/dev/null)" != N ] ||
-	skipall "/dev/nullb0 is not memory-backed (null_blk.memory_backed=1)"
+if want backends || want viommu || want mq; then
+	[ -b /dev/nullb0 ] ||
+		skipall "/dev/nullb0 missing (null_blk.nr_devices=1 memory_backed=1)"
+	[ "$(cat /sys/module/null_blk/parameters/memory_backed 2>/dev/null)" != N ] ||
+		skipall "/dev/nullb0 is not memory-backed (null_blk.memory_backed=1)"
+fi
 bb=$(command -v busybox) || skipall "busybox not installed (the guest's init)"
 command -v fio >/dev/null || skipall "fio not installed"
-[ -e /dev/vhost-net ] || skipall "/dev/vhost-net missing (CONFIG_VHOST_NET)"
-[ -e /dev/net/tun ] || skipall "/dev/net/tun missing (CONFIG_TUN)"
+if want net; then
+	[ -e /dev/vhost-net ] || skipall "/dev/vhost-net missing (CONFIG_VHOST_NET)"
+	[ -e /dev/net/tun ] || skipall "/dev/net/tun missing (CONFIG_TUN)"
+fi
 "$qemu" -device help 2>/dev/null | grep -q '"vhost-blk-pci"' ||
 	skipall "$qemu has no vhost-blk-pci device"
 
@@ -552,75 +590,6 @@ guest_ok() { tr -d '\r' <"$logs/$1.log" | grep -aq "^VMQT: ok $2\$"; }
 # A splat in this kernel's log after its first $1 lines.
 splat_since() { dmesg | tail -n +$(($1 + 1)) | grep -qE "BUG|WARNING|Oops|KASAN"; }
 
-dmesg_before=$(dmesg | wc -l)
-# No marker from an earlier run: the guest's first boot must see none.
-sectors=$(blockdev --getsz /dev/nullb0)
-dd if=/dev/zero of=/dev/nullb0 bs=512 seek=$((sectors - 8)) count=8 oflag=direct 2>/dev/null
-
-echo "# null_blk, 2 queues, per-queue workers (the default), worker_pool=1"
-# With worker_pool=1 the kernel puts every ring QEMU did not bind on the
-# device's one worker: a second busy worker can only come from QEMU's
-# workers=per-queue.
-set_pool 1 || echo "# no vhost_blk.worker_pool here: per-queue workers are the kernel's default"
-boot nullb io-reboot "" -device vhost-blk-pci,path=/dev/nullb0,num-queues=2
-if guest_ok nullb queues_2 && guest_ok nullb fio_verify; then
-	result ok nullb_two_queues_fio_verify
-else
-	result fail nullb_two_queues_fio_verify "no /dev/vda with 2 queues, or fio failed"
-fi
-workers_busy nullb_worker_per_queue nullb 2
-if guest_ok nullb reboot_verify && guest_ok nullb reboot_io; then
-	result ok nullb_reboot_then_io
-else
-	result fail nullb_reboot_then_io "no I/O after the guest's reboot"
-fi
-if guest_ok nullb rebind_one_queue; then
-	result ok nullb_rebind_fewer_queues_io
-else
-	result fail nullb_rebind_fewer_queues_io \
-		"no I/O after the driver came back with 1 queue of 2"
-fi
-
-# Files through the page cache: this machine's /tmp (tmpfs or an overlay
-# on it) has no O_DIRECT.
-echo "# 64 MiB files, 2 queues: fio on one, the other shrinks under the guest"
-echo "# a third on ext4 over a loop device with 4K sectors, direct=on"
-truncate -s 64M "$work/disk.img" "$work/disk2.img" "$work/4k.fs"
-mkdir -p "$work/mnt4k"
-dev4k=()
-if loopdev=$(losetup -f --show -b 4096 "$work/4k.fs") &&
-   mkfs.ext4 -q -b 4096 "$loopdev" && mount "$loopdev" "$work/mnt4k" &&
-   truncate -s 16M "$work/mnt4k/disk3.img"; then
-	dev4k=(-device "vhost-blk-pci,path=$work/mnt4k/disk3.img,num-queues=1")
-else
-	echo "# cannot make ext4 on a 4K-sector loop device here"
-fi
-# lockrun NAME DEVICE-ARGS: a second QEMU with the device, stopped (-S),
-# told to quit at once: exits 0 once the device is realized.
-lockrun() {
-	echo quit | timeout 120 "$qemu" -accel tcg,tb-size=64 -M pc -nodefaults \
-		-display none -S -monitor stdio "${fwargs[@]}" \
-		-device "vhost-blk-pci,$2" >"$logs/lock-$1.qemu" 2>&1
-}
-# While the guest writes disk.img: another writer and a reader are refused
-# with the lock error, locking=off lets a third start.
-lockcheck() {
-	lock_rw=0 lock_ro=0 lock_off=0
-	if ! lockrun rw "path=$work/disk.img,direct=off"; then
-		grep -q "is locked" "$logs/lock-rw.qemu" && lock_rw=1
-	fi
-	if ! lockrun ro "path=$work/disk.img,direct=off,read-only=on"; then
-		grep -q "is locked" "$logs/lock-ro.qemu" && lock_ro=1
-	fi
-	lockrun off "path=$work/disk.img,direct=off,locking=off" && lock_off=1
-	for f in rw ro off; do
-		sed -e 's/\x1b\[[0-9;]*[A-Za-z]//g' -e "s/^/# lock-$f: /" "$logs/lock-$f.qemu"
-	done
-}
-files_hook() {
-	lockcheck
-	truncate -s 32M "$work/disk2.img"
-}
 # qmp SOCKET COMMAND ARGS-JSON: one QMP command; prints the answer.
 cat >"$work/qmp.py" <<'PY'
 import json, socket, sys
@@ -642,134 +611,216 @@ cmd('qmp_capabilities')
 print(json.dumps(cmd(sys.argv[2], json.loads(sys.argv[3]))))
 PY
 qmp() { timeout 60 python3 "$work/qmp.py" "$@" 2>&1; }
-on_mark_resize() {
-	qmp "$work/file.qmp" vhost-blk-refresh-size '{"id": "disk2"}' |
-		sed 's/^/# qmp: /'
-}
-lock_rw=0 lock_ro=0 lock_off=0
-disk1="vhost-blk-pci,path=$work/disk.img,num-queues=2,direct=off"
-disk1="$disk1,poll-us=1000,serial=vmqt-file0"
-boot file files files_hook -device "$disk1" \
-	-device "vhost-blk-pci,path=$work/disk2.img,num-queues=2,direct=off,id=disk2" \
-	"${dev4k[@]}" -qmp "unix:$work/file.qmp,server=on,wait=off"
-if guest_ok file fio_verify; then
-	result ok file_fio_verify
-else
-	result fail file_fio_verify "fio failed on the file"
-fi
-if guest_ok file shrunk_read_eio && ! splat_since "$dmesg_before"; then
-	result ok file_shrunk_read_eio
-else
-	result fail file_shrunk_read_eio \
-		"no EIO in the guest, a failed read before the shrink, or a splat here"
-fi
-if guest_ok file resize_seen; then
-	result ok file_resize_refresh_size
-else
-	result fail file_resize_refresh_size \
-		"the guest did not see the shrunk size after vhost-blk-refresh-size"
-fi
-if guest_ok nullb serial_empty && guest_ok file serial_given; then
-	result ok serial_empty_unless_given
-else
-	result fail serial_empty_unless_given \
-		"GET_ID not empty without serial=, or not the serial= given"
-fi
-if [ $lock_rw = 1 ] && [ $lock_ro = 1 ] && [ $lock_off = 1 ]; then
-	result ok file_image_locked
-else
-	result fail file_image_locked \
-		"second writer refused: $lock_rw, reader refused: $lock_ro," \
-		"locking=off started: $lock_off (want 1 1 1)"
-fi
-# 500 reads with busy polling cost the worker about 1 ms each (it polls
-# after every completion); without it, a small part of that.
-# Or, where the poller is preempted (mainline's PREEMPT_LAZY: the nested
-# guest's vCPU threads are always runnable beside it) and so burns less,
-# it shows in wake-ups: a worker that finds the next request while it
-# polls does not sleep for it, so the polling device's workers wake for
-# at most half of the reads, the other's for every one.
-polled=$(mark_ticks file vda vdb) unpolled=$(mark_ticks file vdb end)
-pwoke=$(mark_ticks file vda vdb 3) uwoke=$(mark_ticks file vdb end 3)
-echo "# worker ticks for 500 QD1 reads: poll-us=1000 $polled, none $unpolled;" \
-	"wake-ups: $pwoke, $uwoke"
-if [ "$polled" -lt 0 ] || [ "$unpolled" -lt 0 ]; then
-	result fail file_poll_us_busy_polls "no CPU times at the guest's marks"
-elif [ "$polled" -ge $((2 * unpolled)) ] && [ $((polled - unpolled)) -ge 10 ]; then
-	result ok file_poll_us_busy_polls
-elif [ "$uwoke" -ge 500 ] && [ $((2 * pwoke)) -le "$uwoke" ]; then
-	result ok file_poll_us_busy_polls
-else
-	result fail file_poll_us_busy_polls \
-		"the polling device's workers took $polled ticks and woke $pwoke times," \
-		"the other's $unpolled and $uwoke"
-fi
-if [ ${#dev4k[@]} = 0 ]; then
-	result fail file_4k_direct_blk_size "no 4K-sector ext4 to put the file on"
-elif guest_ok file dio_blk_size; then
-	result ok file_4k_direct_blk_size
-else
-	result fail file_4k_direct_blk_size \
-		"the guest did not get 4K blocks, or 4K direct I/O failed"
-fi
-umount "$work/mnt4k" 2>/dev/null
-[ -n "$loopdev" ] && losetup -d "$loopdev" 2>/dev/null
-loopdev=
 
-echo "# null_blk behind intel-iommu: VIRTIO_F_ACCESS_PLATFORM, the device IOTLB"
-echo "# workers=shared, worker_pool=0: one worker only if QEMU asks for it"
 dmesg_before=$(dmesg | wc -l)
-vtd_dev=disable-legacy=on,iommu_platform=on,workers=shared
-kargs="intel_iommu=on"
-set_pool 0
-boot vtd viommu "" -M q35 -device intel-iommu,intremap=off \
-	-device vhost-blk-pci,path=/dev/nullb0,num-queues=2,$vtd_dev
-kargs="acpi=off"
-if ! guest_ok vtd translated; then
-	result fail viommu_access_platform_fio_verify \
-		"ACCESS_PLATFORM not negotiated, or the guest's DMA not translated"
-elif ! guest_ok vtd fio_verify; then
-	result fail viommu_access_platform_fio_verify "fio failed behind the vIOMMU"
-elif splat_since "$dmesg_before"; then
-	result fail viommu_access_platform_fio_verify "a splat in this kernel's log"
-else
-	result ok viommu_access_platform_fio_verify
-fi
-workers_busy viommu_workers_shared_one_thread vtd 1
-if ! guest_ok vtd iotlb_overflow; then
-	result fail viommu_iotlb_overflow_then_stop \
-		"fio of 4096 pages in flight failed behind the vIOMMU"
-elif [ -e "$logs/vtd.killed" ]; then
-	result fail viommu_iotlb_overflow_then_stop \
-		"QEMU did not stop within 20 s of SIGTERM (a ring waiting on an IOTLB miss?)"
-elif splat_since "$dmesg_before"; then
-	result fail viommu_iotlb_overflow_then_stop "a splat in this kernel's log"
-else
-	result ok viommu_iotlb_overflow_then_stop
+
+if want backends; then
+	# No marker from an earlier run: the guest's first boot must see none.
+	sectors=$(blockdev --getsz /dev/nullb0)
+	dd if=/dev/zero of=/dev/nullb0 bs=512 seek=$((sectors - 8)) count=8 \
+		oflag=direct 2>/dev/null
+	echo "# null_blk, 2 queues, per-queue workers (the default), worker_pool=1"
+	# With worker_pool=1 the kernel puts every ring QEMU did not bind on the
+	# device's one worker: a second busy worker can only come from QEMU's
+	# workers=per-queue.
+	set_pool 1 ||
+		echo "# no vhost_blk.worker_pool here: per-queue workers are the kernel's default"
+	boot nullb io-reboot "" -device vhost-blk-pci,path=/dev/nullb0,num-queues=2
+	if guest_ok nullb queues_2 && guest_ok nullb fio_verify; then
+		result ok nullb_two_queues_fio_verify
+	else
+		result fail nullb_two_queues_fio_verify "no /dev/vda with 2 queues, or fio failed"
+	fi
+	workers_busy nullb_worker_per_queue nullb 2
+	if guest_ok nullb reboot_verify && guest_ok nullb reboot_io; then
+		result ok nullb_reboot_then_io
+	else
+		result fail nullb_reboot_then_io "no I/O after the guest's reboot"
+	fi
+	if guest_ok nullb rebind_one_queue; then
+		result ok nullb_rebind_fewer_queues_io
+	else
+		result fail nullb_rebind_fewer_queues_io \
+			"no I/O after the driver came back with 1 queue of 2"
+	fi
+
+	# Files through the page cache: this machine's /tmp (tmpfs or an overlay
+	# on it) has no O_DIRECT.
+	echo "# 64 MiB files, 2 queues: fio on one, the other shrinks under the guest"
+	echo "# a third on ext4 over a loop device with 4K sectors, direct=on"
+	truncate -s 64M "$work/disk.img" "$work/disk2.img" "$work/4k.fs"
+	mkdir -p "$work/mnt4k"
+	dev4k=()
+	if loopdev=$(losetup -f --show -b 4096 "$work/4k.fs") &&
+	   mkfs.ext4 -q -b 4096 "$loopdev" && mount "$loopdev" "$work/mnt4k" &&
+	   truncate -s 16M "$work/mnt4k/disk3.img"; then
+		dev4k=(-device "vhost-blk-pci,path=$work/mnt4k/disk3.img,num-queues=1")
+	else
+		echo "# cannot make ext4 on a 4K-sector loop device here"
+	fi
+	# lockrun NAME DEVICE-ARGS: a second QEMU with the device, stopped (-S),
+	# told to quit at once: exits 0 once the device is realized.
+	lockrun() {
+		echo quit | timeout 120 "$qemu" -accel tcg,tb-size=64 -M pc -nodefaults \
+			-display none -S -monitor stdio "${fwargs[@]}" \
+			-device "vhost-blk-pci,$2" >"$logs/lock-$1.qemu" 2>&1
+	}
+	# While the guest writes disk.img: another writer and a reader are refused
+	# with the lock error, locking=off lets a third start.
+	lockcheck() {
+		lock_rw=0 lock_ro=0 lock_off=0
+		if ! lockrun rw "path=$work/disk.img,direct=off"; then
+			grep -q "is locked" "$logs/lock-rw.qemu" && lock_rw=1
+		fi
+		if ! lockrun ro "path=$work/disk.img,direct=off,read-only=on"; then
+			grep -q "is locked" "$logs/lock-ro.qemu" && lock_ro=1
+		fi
+		lockrun off "path=$work/disk.img,direct=off,locking=off" && lock_off=1
+		for f in rw ro off; do
+			sed -e 's/\x1b\[[0-9;]*[A-Za-z]//g' -e "s/^/# lock-$f: /" \
+				"$logs/lock-$f.qemu"
+		done
+	}
+	files_hook() {
+		lockcheck
+		truncate -s 32M "$work/disk2.img"
+	}
+	on_mark_resize() {
+		qmp "$work/file.qmp" vhost-blk-refresh-size '{"id": "disk2"}' |
+			sed 's/^/# qmp: /'
+	}
+	lock_rw=0 lock_ro=0 lock_off=0
+	disk1="vhost-blk-pci,path=$work/disk.img,num-queues=2,direct=off"
+	disk1="$disk1,poll-us=1000,serial=vmqt-file0"
+	boot file files files_hook -device "$disk1" \
+		-device "vhost-blk-pci,path=$work/disk2.img,num-queues=2,direct=off,id=disk2" \
+		"${dev4k[@]}" -qmp "unix:$work/file.qmp,server=on,wait=off"
+	if guest_ok file fio_verify; then
+		result ok file_fio_verify
+	else
+		result fail file_fio_verify "fio failed on the file"
+	fi
+	if guest_ok file shrunk_read_eio && ! splat_since "$dmesg_before"; then
+		result ok file_shrunk_read_eio
+	else
+		result fail file_shrunk_read_eio \
+			"no EIO in the guest, a failed read before the shrink, or a splat here"
+	fi
+	if guest_ok file resize_seen; then
+		result ok file_resize_refresh_size
+	else
+		result fail file_resize_refresh_size \
+			"the guest did not see the shrunk size after vhost-blk-refresh-size"
+	fi
+	if guest_ok nullb serial_empty && guest_ok file serial_given; then
+		result ok serial_empty_unless_given
+	else
+		result fail serial_empty_unless_given \
+			"GET_ID not empty without serial=, or not the serial= given"
+	fi
+	if [ $lock_rw = 1 ] && [ $lock_ro = 1 ] && [ $lock_off = 1 ]; then
+		result ok file_image_locked
+	else
+		result fail file_image_locked \
+			"second writer refused: $lock_rw, reader refused: $lock_ro," \
+			"locking=off started: $lock_off (want 1 1 1)"
+	fi
+	# 500 reads with busy polling cost the worker about 1 ms each (it polls
+	# after every completion); without it, a small part of that.
+	# Or, where the poller is preempted (mainline's PREEMPT_LAZY: the nested
+	# guest's vCPU threads are always runnable beside it) and so burns less,
+	# it shows in wake-ups: a worker that finds the next request while it
+	# polls does not sleep for it, so the polling device's workers wake for
+	# at most half of the reads, the other's for every one.
+	polled=$(mark_ticks file vda vdb) unpolled=$(mark_ticks file vdb end)
+	pwoke=$(mark_ticks file vda vdb 3) uwoke=$(mark_ticks file vdb end 3)
+	echo "# worker ticks for 500 QD1 reads: poll-us=1000 $polled, none $unpolled;" \
+		"wake-ups: $pwoke, $uwoke"
+	if [ "$polled" -lt 0 ] || [ "$unpolled" -lt 0 ]; then
+		result fail file_poll_us_busy_polls "no CPU times at the guest's marks"
+	elif [ "$polled" -ge $((2 * unpolled)) ] && [ $((polled - unpolled)) -ge 10 ]; then
+		result ok file_poll_us_busy_polls
+	elif [ "$uwoke" -ge 500 ] && [ $((2 * pwoke)) -le "$uwoke" ]; then
+		result ok file_poll_us_busy_polls
+	else
+		result fail file_poll_us_busy_polls \
+			"the polling device's workers took $polled ticks and woke $pwoke times," \
+			"the other's $unpolled and $uwoke"
+	fi
+	if [ ${#dev4k[@]} = 0 ]; then
+		result fail file_4k_direct_blk_size "no 4K-sector ext4 to put the file on"
+	elif guest_ok file dio_blk_size; then
+		result ok file_4k_direct_blk_size
+	else
+		result fail file_4k_direct_blk_size \
+			"the guest did not get 4K blocks, or 4K direct I/O failed"
+	fi
+	umount "$work/mnt4k" 2>/dev/null
+	[ -n "$loopdev" ] && losetup -d "$loopdev" 2>/dev/null
+	loopdev=
 fi
 
-echo "# 4 vCPUs, the default num-queues, worker_pool=1"
-set_pool 1
-smp=4
-boot mq4 mq "" -device vhost-blk-pci,path=/dev/nullb0
-smp=2
-if guest_ok mq4 queues_4 && guest_ok mq4 fio_verify; then
-	result ok default_num_queues_per_vcpu
-else
-	result fail default_num_queues_per_vcpu "no /dev/vda with 4 queues, or fio failed"
+if want viommu; then
+	echo "# null_blk behind intel-iommu: VIRTIO_F_ACCESS_PLATFORM, the device IOTLB"
+	echo "# workers=shared, worker_pool=0: one worker only if QEMU asks for it"
+	dmesg_before=$(dmesg | wc -l)
+	vtd_dev=disable-legacy=on,iommu_platform=on,workers=shared
+	kargs="intel_iommu=on"
+	set_pool 0
+	boot vtd viommu "" -M q35 -device intel-iommu,intremap=off \
+		-device vhost-blk-pci,path=/dev/nullb0,num-queues=2,$vtd_dev
+	kargs="acpi=off"
+	if ! guest_ok vtd translated; then
+		result fail viommu_access_platform_fio_verify \
+			"ACCESS_PLATFORM not negotiated, or the guest's DMA not translated"
+	elif ! guest_ok vtd fio_verify; then
+		result fail viommu_access_platform_fio_verify "fio failed behind the vIOMMU"
+	elif splat_since "$dmesg_before"; then
+		result fail viommu_access_platform_fio_verify "a splat in this kernel's log"
+	else
+		result ok viommu_access_platform_fio_verify
+	fi
+	workers_busy viommu_workers_shared_one_thread vtd 1
+	if ! guest_ok vtd iotlb_overflow; then
+		result fail viommu_iotlb_overflow_then_stop \
+			"fio of 4096 pages in flight failed behind the vIOMMU"
+	elif [ -e "$logs/vtd.killed" ]; then
+		result fail viommu_iotlb_overflow_then_stop \
+			"QEMU did not stop within 20 s of SIGTERM" \
+			"(a ring waiting on an IOTLB miss?)"
+	elif splat_since "$dmesg_before"; then
+		result fail viommu_iotlb_overflow_then_stop "a splat in this kernel's log"
+	else
+		result ok viommu_iotlb_overflow_then_stop
+	fi
 fi
-workers_busy default_num_queues_worker_per_queue mq4 4
 
-echo "# tap with vhost=on, vhost-workers=per-ring"
-tap=vmqtap$$
-tapup() { busybox ip addr add 10.99.0.1/24 dev $tap && busybox ip link set $tap up; }
-boot tap net tapup \
-	-netdev tap,id=n0,ifname=$tap,script=no,downscript=no,vhost=on,vhost-workers=per-ring \
-	-device virtio-net-pci,netdev=n0,romfile=
-if guest_ok tap ping; then
-	workers_busy tap_per_ring_workers_ping tap 2 pings pinged
-else
-	result fail tap_per_ring_workers_ping "no ping over the tap"
+if want mq; then
+	echo "# 4 vCPUs, the default num-queues, worker_pool=1"
+	set_pool 1
+	smp=4
+	boot mq4 mq "" -device vhost-blk-pci,path=/dev/nullb0
+	smp=2
+	if guest_ok mq4 queues_4 && guest_ok mq4 fio_verify; then
+		result ok default_num_queues_per_vcpu
+	else
+		result fail default_num_queues_per_vcpu "no /dev/vda with 4 queues, or fio failed"
+	fi
+	workers_busy default_num_queues_worker_per_queue mq4 4
+fi
+
+if want net; then
+	echo "# tap with vhost=on, vhost-workers=per-ring"
+	tap=vmqtap$$
+	tapup() { busybox ip addr add 10.99.0.1/24 dev $tap && busybox ip link set $tap up; }
+	netdev=tap,id=n0,ifname=$tap,script=no,downscript=no
+	boot tap net tapup -netdev "$netdev,vhost=on,vhost-workers=per-ring" \
+		-device virtio-net-pci,netdev=n0,romfile=
+	if guest_ok tap ping; then
+		workers_busy tap_per_ring_workers_ping tap 2 pings pinged
+	else
+		result fail tap_per_ring_workers_ping "no ping over the tap"
+	fi
 fi
 
 echo "# Totals: pass:$pass fail:$fail xfail:0 xpass:0 skip:0 error:0"
