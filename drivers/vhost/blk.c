@@ -14,19 +14,21 @@
  * when the file was opened O_DIRECT, page-cache I/O otherwise), or, for a
  * block device opened O_DIRECT, as a bio straight to the device (the
  * bio_submit module parameter); the other types synchronously.  The worker
- * never waits for a read or a write: their completions, which may run in
- * interrupt context, only put the request on the ring's completion list and
- * queue the ring's complete_work, which then writes the status bytes, fills
- * the used ring, logs dirty pages and signals the guest once for the whole
- * batch, again on the ring's worker.  A request that completes while the
- * handler is still submitting, in its own task (null_blk and page-cache I/O
- * complete inline; an interrupt of the worker), is returned by the handler
- * itself once it has submitted the batch, without a second pass through the
- * worker (the ring's submitter).  Each ring gets a worker of its own when
- * it starts, unless the worker_pool module parameter or the VMM (with the
- * vhost worker ioctls) say otherwise, or the device is in kthread mode
- * (VHOST_SET_FORK_FROM_OWNER off), where the core makes no new workers and
- * every ring stays on the default one.
+ * does not wait for direct reads and writes (it does for page-cache ones,
+ * which complete within their submission, for dirty throttling, and on the
+ * bio path for the writeback of cached pages of the range): their
+ * completions, which may run in interrupt context, only put the request on
+ * the ring's completion list and queue the ring's complete_work, which then
+ * writes the status bytes, fills the used ring, logs dirty pages and signals
+ * the guest once for the whole batch, again on the ring's worker.  A request
+ * that completes while the handler is still submitting, in its own task
+ * (null_blk and page-cache I/O complete inline; an interrupt of the worker),
+ * is returned by the handler itself once it has submitted the batch, without
+ * a second pass through the worker (the ring's submitter).  Each ring gets a
+ * worker of its own when it starts, unless the worker_pool module parameter
+ * or the VMM (with the vhost worker ioctls) say otherwise, or the device is
+ * in kthread mode (VHOST_SET_FORK_FROM_OWNER off), where the core makes no
+ * new workers and every ring stays on the default one.
  *
  * The fast path shares nothing between rings: a request lives in a slot its
  * ring allocated when it started (no allocation per request, unless its
@@ -81,20 +83,23 @@
  * Teardown.  A completion may run in interrupt context or in a workqueue and
  * race with the release of the device: it adds its request to the ring's
  * list and queues the ring's work in one RCU read section, and the release
- * (and VHOST_RESET_OWNER) waits for a grace period after the drain before
- * the vhost core frees the workers, so the worker and the device stay valid
- * until the completion has finished queueing.  Workers are the owner's
+ * (and VHOST_RESET_OWNER) waits for a grace period after the drain and
+ * before the last flush of the workers, so the worker and the device stay
+ * valid until the completion has finished queueing, and the flush runs what
+ * it queued.  Workers are the owner's
  * threads (vhost_task): when the owner is killed they stop taking work and
  * leave their rings, and the drain then drops the requests that complete,
  * so the release never waits for a return no worker will make.
  *
  * The backend.  Only files with iter I/O in each direction they are open for,
  * O_DIRECT only where the file supports it, and never O_APPEND (a guest
- * write would land at the end of the file).  Reads and writes go through
- * vfs_iocb_iter_read/write (rw_verify_area, fsnotify), or as bios with the
- * same permission hook and page cache rules (vhost_blk_bio_rw()); writes
- * to regular files take freeze protection without waiting: a write to a
- * frozen filesystem stays on its ring until the thaw.  DISCARD discards
+ * write would land at the end of the file).  Reads go through
+ * vfs_iocb_iter_read(), writes through ->write_iter() with its checks
+ * (rw_verify_area(), fsnotify: vhost_blk_write_iter()), or both as bios
+ * with the same checks and page cache rules (vhost_blk_bio_rw()).  A write
+ * to a regular file holds one count of freeze protection, taken without
+ * waiting and dropped by its completion: a write to a frozen filesystem
+ * stays on its ring until the thaw.  DISCARD discards
  * (block devices: REQ_OP_DISCARD, after dropping the range's cached pages
  * as BLKDISCARD does, never under a filesystem that holds the device;
  * files: punch a hole) and never writes data; WRITE_ZEROES zeroes.  Both
@@ -114,16 +119,17 @@
 #include <linux/falloc.h>
 #include <linux/file.h>
 #include <linux/fs.h>
+#include <linux/fsnotify.h>
 #include <linux/llist.h>
 #include <linux/ioprio.h>
 #include <linux/miscdevice.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/nospec.h>
 #include <linux/pagemap.h>
 #include <linux/rcupdate.h>
 #include <linux/sched/clock.h>
 #include <linux/sched/signal.h>
-#include <linux/security.h>
 #include <linux/slab.h>
 #include <linux/spinlock.h>
 #include <linux/uio.h>
@@ -436,9 +442,10 @@ static void vhost_blk_req_done(struct vhost_blk_req *req, u8 status)
 	 * below) may return it, the drain may finish and the device be
 	 * released.  The read section keeps the worker and the device valid
 	 * until the work is queued: pairs with the synchronize_rcu() that
-	 * vhost_blk_release() and vhost_blk_reset_owner() do after the drain,
-	 * before the vhost core frees the workers without a grace period of
-	 * its own.
+	 * vhost_blk_release() and vhost_blk_reset_owner() do after the drain
+	 * and before their last flush, so that the flush runs the work and
+	 * the vhost core, which frees the workers without a grace period of
+	 * its own, frees none with work queued.
 	 *
 	 * The ring has no worker when the owner was killed: its vhost_task
 	 * worker took itself off its rings (vhost_worker_killed()) and the
@@ -691,15 +698,30 @@ static int vhost_blk_reap(struct vhost_blk *blk, bool killable)
 	return 0;
 }
 
+/* Pages of zeroes one write of vhost_blk_zero_fill() takes. */
+#define VHOST_BLK_ZERO_PAGES	16
+
+/*
+ * Write zeroes over [pos, pos + len), for a file that cannot zero a range
+ * itself: from the zero page, so direct I/O takes it too (a tmpfs file
+ * opened O_DIRECT has no FALLOC_FL_ZERO_RANGE).  vfs_iter_write() takes
+ * freeze protection itself.
+ */
 static int vhost_blk_zero_fill(struct file *file, loff_t pos, u64 len)
 {
-	void *zero = (void *)page_address(ZERO_PAGE(0));
+	struct bio_vec bv[VHOST_BLK_ZERO_PAGES];
+	struct iov_iter iter;
 	ssize_t r;
+	int i;
 
+	for (i = 0; i < ARRAY_SIZE(bv); i++)
+		bv[i] = (struct bio_vec){ .bv_page = ZERO_PAGE(0),
+					  .bv_len = PAGE_SIZE };
 	while (len) {
-		size_t n = min_t(u64, len, PAGE_SIZE);
+		size_t n = min_t(u64, len, sizeof(bv) / sizeof(bv[0]) * PAGE_SIZE);
 
-		r = kernel_write(file, zero, n, &pos);
+		iov_iter_bvec(&iter, WRITE, bv, DIV_ROUND_UP(n, PAGE_SIZE), n);
+		r = vfs_iter_write(file, &iter, &pos, 0);
 		if (r < 0)
 			return r;
 		if (!r)
@@ -714,8 +736,9 @@ static int vhost_blk_zero_fill(struct file *file, loff_t pos, u64 len)
 /*
  * WRITE_ZEROES: make [pos, pos + len) read as zeroes.  With @unmap the space
  * may be given back (PUNCH_HOLE, which on a block device is a write-zeroes
- * that may unmap); without it, or where that is not supported, zero it.
- * vfs_fallocate() and kernel_write() take freeze protection themselves.
+ * that may unmap); without it, or where that is not supported, zero it:
+ * ZERO_RANGE, or zeroes written where the file cannot do that.
+ * vfs_fallocate() and vfs_iter_write() take freeze protection themselves.
  */
 static int vhost_blk_write_zeroes(struct file *file, loff_t pos, u64 len,
 				  bool unmap)
@@ -730,8 +753,6 @@ static int vhost_blk_write_zeroes(struct file *file, loff_t pos, u64 len,
 	}
 	r = vfs_fallocate(file, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, pos, len);
 	if (r != -EOPNOTSUPP)
-		return r;
-	if (file->f_flags & O_DIRECT)
 		return r;
 	return vhost_blk_zero_fill(file, pos, len);
 }
@@ -784,6 +805,9 @@ static int vhost_blk_discard(struct file *file, loff_t pos, u64 len)
 		return r == -EOPNOTSUPP ? 0 : r;
 	}
 	bdev = I_BDEV(mapping->host);
+	/* As for a write: BLKROSET may have come after SET_BACKEND. */
+	if (bdev_read_only(bdev))
+		return -EPERM;
 	if (!bdev_max_discard_sectors(bdev))
 		return 0;
 	/* A hint: discard the logical blocks wholly inside the range. */
@@ -939,7 +963,9 @@ static bool vhost_blk_bio_rw(struct vhost_blk_req *req, struct file *file,
 			return false;
 		opf = REQ_OP_WRITE | REQ_SYNC | REQ_IDLE;
 	}
-	if (security_file_permission(file, req->is_read ? MAY_READ : MAY_WRITE))
+	/* The kiocb path's checks: LSM, fanotify permission events. */
+	if (rw_verify_area(req->is_read ? READ : WRITE, file, &pos,
+			   iov_iter_count(iter)))
 		return false;
 	nr_pages = iov_iter_npages(iter, BIO_MAX_VECS + 1);
 	if (nr_pages > BIO_MAX_VECS)
@@ -991,6 +1017,31 @@ static bool vhost_blk_bio_rw(struct vhost_blk_req *req, struct file *file,
 	return true;
 }
 
+/*
+ * Write @iter through @iocb, which holds the freeze protection that
+ * vhost_blk_submit() took without waiting, if the file is a regular one:
+ * the only count this write holds, dropped by vhost_blk_rw_complete().
+ * vfs_iocb_iter_write() would take a second one, waiting for a freeze, and
+ * drop it only for a synchronous completion (its callers' own completions
+ * drop it otherwise): so, as io_uring does, the same checks and
+ * notifications around ->write_iter().
+ */
+static ssize_t vhost_blk_write_iter(struct file *file, struct kiocb *iocb,
+				    struct iov_iter *iter)
+{
+	ssize_t ret;
+
+	if (!iov_iter_count(iter))
+		return 0;
+	ret = rw_verify_area(WRITE, file, &iocb->ki_pos, iov_iter_count(iter));
+	if (ret < 0)
+		return ret;
+	ret = file->f_op->write_iter(iocb, iter);
+	if (ret > 0)
+		fsnotify_modify(file);
+	return ret;
+}
+
 /* Submit a read or a write; completes through vhost_blk_rw_complete(). */
 static void vhost_blk_rw(struct vhost_blk_req *req, struct file *file,
 			 struct iov_iter *iter, loff_t pos)
@@ -1024,7 +1075,7 @@ static void vhost_blk_rw(struct vhost_blk_req *req, struct file *file,
 			/* O_APPEND set with fcntl() after SET_BACKEND. */
 			ret = -EINVAL;
 		else
-			ret = vfs_iocb_iter_write(file, &req->iocb, iter);
+			ret = vhost_blk_write_iter(file, &req->iocb, iter);
 	}
 	if (ret != -EIOCBQUEUED)
 		vhost_blk_rw_complete(&req->iocb, ret);
@@ -1689,7 +1740,18 @@ static long vhost_blk_set_backend(struct vhost_blk *blk,
 	ret = vhost_blk_quiesce(blk);
 	if (ret)
 		goto out_put_creds;
+	/*
+	 * Detached, a ring has no backend: once its kick goes too, the core
+	 * rebinds it without a grace period or a flush, and the VMM may then
+	 * free the old worker at once.  Completions of the drain's last
+	 * requests finish queueing their work first (see
+	 * vhost_blk_req_done()), and the flush runs it.
+	 */
+	if (!file)
+		synchronize_rcu();
 	vhost_blk_swap_backend(blk, file, file ? creds : NULL);
+	if (!file)
+		vhost_dev_flush(&blk->dev);
 	vhost_blk_resume(blk);
 	mutex_unlock(&blk->dev.mutex);
 	return 0;
@@ -1844,9 +1906,13 @@ static long vhost_blk_reset_owner(struct vhost_blk *blk)
 	/* Paused rings schedule no more of it. */
 	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++)
 		cancel_delayed_work_sync(&blk->vqs[i].frozen_work);
-	vhost_dev_stop(&blk->dev);
-	/* The core frees the workers at once: see vhost_blk_req_done(). */
+	/*
+	 * Completions that returned the last requests finish queueing their
+	 * work before the flush in vhost_dev_stop() runs it, and before the
+	 * core frees the workers: see vhost_blk_req_done().
+	 */
 	synchronize_rcu();
+	vhost_dev_stop(&blk->dev);
 	vhost_dev_reset_owner(&blk->dev, umem);
 	vhost_blk_swap_backend(blk, NULL, NULL);
 	vhost_blk_reset_policy(blk);
@@ -1899,22 +1965,48 @@ static int vhost_blk_iotlb_msg(struct vhost_dev *dev, u32 asid,
 }
 
 /*
+ * VHOST_SET_VRING_BUSYLOOP_TIMEOUT, capped: checked and set from one copy
+ * of the argument, which the core would read again.  Under dev.mutex, as
+ * the owner.
+ */
+static long vhost_blk_set_busyloop(struct vhost_blk *blk, void __user *argp)
+{
+	struct vhost_virtqueue *vq;
+	struct vhost_vring_state s;
+
+	if (copy_from_user(&s, argp, sizeof(s)))
+		return -EFAULT;
+	if (s.num > VHOST_BLK_MAX_BUSYLOOP_TIMEOUT)
+		return -EINVAL;
+	if (s.index >= VHOST_BLK_MAX_QUEUES)
+		return -ENOBUFS;
+	vq = &blk->vqs[array_index_nospec(s.index, VHOST_BLK_MAX_QUEUES)].vq;
+	/* The handler reads it under the ring's mutex. */
+	mutex_lock(&vq->mutex);
+	vq->busyloop_timeout = s.num;
+	mutex_unlock(&vq->mutex);
+	return 0;
+}
+
+/*
  * Ring ioctls.  A ring is armed (may start) once the VMM sets it up; the
  * busy-poll timeout is capped.  Under dev.mutex, as the owner.
  */
 static long vhost_blk_vring_ioctl(struct vhost_blk *blk, unsigned int ioctl,
 				  void __user *argp)
 {
-	struct vhost_vring_state s;
 	long r;
 	u32 idx;
 
-	if (ioctl == VHOST_SET_VRING_BUSYLOOP_TIMEOUT) {
-		if (copy_from_user(&s, argp, sizeof(s)))
-			return -EFAULT;
-		if (s.num > VHOST_BLK_MAX_BUSYLOOP_TIMEOUT)
-			return -EINVAL;
-	}
+	if (ioctl == VHOST_SET_VRING_BUSYLOOP_TIMEOUT)
+		return vhost_blk_set_busyloop(blk, argp);
+	/*
+	 * Every ring ioctl's argument starts with the ring's index.  Read it
+	 * once, before the core does: a VMM that changes it meanwhile arms
+	 * a ring of its own that it did not set up, nothing more.
+	 */
+	if (get_user(idx, (u32 __user *)argp))
+		return -EFAULT;
 	r = vhost_vring_ioctl(&blk->dev, ioctl, argp);
 	if (r)
 		return r;
@@ -1923,9 +2015,7 @@ static long vhost_blk_vring_ioctl(struct vhost_blk *blk, unsigned int ioctl,
 	case VHOST_SET_VRING_BASE:
 	case VHOST_SET_VRING_ADDR:
 	case VHOST_SET_VRING_KICK:
-		/* Each of their arguments starts with the ring's index. */
-		if (!get_user(idx, (u32 __user *)argp) &&
-		    idx < VHOST_BLK_MAX_QUEUES)
+		if (idx < VHOST_BLK_MAX_QUEUES)
 			blk->vqs[idx].armed = true;
 		break;
 	}
@@ -2042,13 +2132,14 @@ static int vhost_blk_release(struct inode *inode, struct file *f)
 	/* Paused rings schedule no more of it. */
 	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++)
 		cancel_delayed_work_sync(&blk->vqs[i].frozen_work);
-	vhost_dev_stop(&blk->dev);
 	/*
 	 * Completions that returned the last requests may still be queueing
-	 * work on a worker the core is about to free without a grace period:
-	 * see vhost_blk_req_done().
+	 * work: let them finish before the flush in vhost_dev_stop(), which
+	 * must be the last, and before the core frees the workers without a
+	 * grace period: see vhost_blk_req_done().
 	 */
 	synchronize_rcu();
+	vhost_dev_stop(&blk->dev);
 	vhost_dev_cleanup(&blk->dev);
 	vhost_blk_swap_backend(blk, NULL, NULL);
 	vhost_blk_reset_rings(blk);
