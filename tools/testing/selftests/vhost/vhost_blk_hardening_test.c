@@ -16,7 +16,11 @@
  * - workers carry the owner's name whichever process of the VMM starts the
  *   rings, and the cgroups of the thread that made them; long names read
  *   back whole;
- * - GET_ID never returns a serial torn by VHOST_BLK_SET_SERIAL.
+ * - GET_ID never returns a serial torn by VHOST_BLK_SET_SERIAL;
+ * - writes leave their filesystem freezable (one count of freeze
+ *   protection each, dropped on completion), WRITE_ZEROES zeroes files
+ *   whose filesystem cannot zero a range, DISCARD honours BLKROSET, and
+ *   what SET_OWNER allocates is charged to the owner's memory cgroup.
  *
  * Everything that changes global state (mounts, frozen filesystems,
  * configfs devices, cgroups, sysctls, module parameters) is undone by the
@@ -56,6 +60,9 @@
 #define FIFREEZE	_IOWR('X', 119, int)
 #define FITHAW		_IOWR('X', 120, int)
 #endif
+#ifndef BLKROSET
+#define BLKROSET	_IO(0x12, 93)
+#endif
 #ifndef BLKFLSBUF
 #define BLKFLSBUF	_IO(0x12, 97)
 #endif
@@ -80,7 +87,8 @@ static const uint64_t PLATFORM = 1ULL << VIRTIO_F_ACCESS_PLATFORM;
 #define EXT4_IMG	"/tmp/vmq-hardening-ext4.img"
 #define EXT4_MNT	"/tmp/vmq-hardening-ext4"
 #define EXT4_FILE	EXT4_MNT "/disk.img"
-#define CGROUP_DIR	"/sys/fs/cgroup/vmq-hardening"
+#define CGROUP_ROOT	"/sys/fs/cgroup"
+#define CGROUP_DIR	CGROUP_ROOT "/vmq-hardening"
 #define PID_MAX		"/proc/sys/kernel/pid_max"
 #define WORKER_POOL	"/sys/module/vhost_blk/parameters/worker_pool"
 #define MAX_WORKERS	"/sys/module/vhost/parameters/max_workers"
@@ -139,8 +147,11 @@ struct ctx {
 	bool mounted;
 	int dirfd;
 	bool frozen;
+	bool wedged;		/* a freeze never finished: leave the mount */
+	bool bdev_ro;		/* BLKROSET on c->be, to undo */
 	/* other global state */
 	bool cgroup;
+	bool memcg;		/* we enabled +memory in the root cgroup */
 	char pid_max[32];
 	char worker_pool[32];
 	char max_workers[32];
@@ -203,6 +214,11 @@ static void ctx_cleanup(struct ctx *c)
 	}
 	if (c->blk_open)
 		vmm_blk_close(&c->b);
+	if (c->bdev_ro) {
+		int ro = 0;
+
+		ioctl(c->be, BLKROSET, &ro);
+	}
 	if (c->be >= 0)
 		close(c->be);
 	if (c->dirfd >= 0)
@@ -212,11 +228,12 @@ static void ctx_cleanup(struct ctx *c)
 		umount(TMPFS_DIR);
 		rmdir(TMPFS_DIR);
 	}
-	if (c->mounted)
+	/* umount would wait for ever behind the freeze. */
+	if (c->mounted && !c->wedged)
 		umount(EXT4_MNT);
-	if (c->loop[0])
+	if (c->loop[0] && !c->wedged)
 		drop_loop(c->loop);
-	if (c->img >= 0) {
+	if (c->img >= 0 && !c->wedged) {
 		close(c->img);
 		unlink(EXT4_IMG);
 		rmdir(EXT4_MNT);
@@ -226,6 +243,8 @@ static void ctx_cleanup(struct ctx *c)
 	/* Exiting workers may still be in the cgroup for a moment. */
 	for (i = 0; c->cgroup && i < 100 && rmdir(CGROUP_DIR) && errno == EBUSY; i++)
 		usleep(20 * 1000);
+	if (c->memcg)
+		write_str(CGROUP_ROOT "/cgroup.subtree_control", "-memory");
 	if (c->pid_max[0])
 		write_str(PID_MAX, c->pid_max);
 	if (c->worker_pool[0])
@@ -625,6 +644,142 @@ VHOST_TEST_F(hard, discard_never_writes_a_block_device, 30)
 		EXPECT_LE(before[DISCARD_SECTORS] + 16384, after[DISCARD_SECTORS])
 			TH_LOG("%llu sectors discarded, not 16384",
 			       after[DISCARD_SECTORS] - before[DISCARD_SECTORS]);
+}
+
+/* memory.current of CGROUP_DIR, or -1. */
+static long long memcg_current(void)
+{
+	char buf[32];
+
+	if (read_str(CGROUP_DIR "/memory.current", buf, sizeof(buf)))
+		return -1;
+	return atoll(buf);
+}
+
+/*
+ * The child of memcg_charged_for_owners: joins CGROUP_DIR, opens @n
+ * devices, and reports to @out what SET_OWNER on each added to the cgroup's
+ * memory.current (or -1), keeping the devices until @in closes.
+ */
+static void memcg_owner_child(int n, int in, int out)
+{
+	char pid[16];
+	long long before, after, delta = -1;
+	int fds[16], i;
+
+	snprintf(pid, sizeof(pid), "%d", getpid());
+	if (n > 16 || write_str(CGROUP_DIR "/cgroup.procs", pid))
+		goto report;
+	for (i = 0; i < n; i++) {
+		fds[i] = open("/dev/vhost-blk", O_RDWR);
+		if (fds[i] < 0)
+			goto report;
+	}
+	before = memcg_current();
+	for (i = 0; i < n; i++)
+		if (ioctl(fds[i], VHOST_SET_OWNER, NULL))
+			goto report;
+	after = memcg_current();
+	if (before >= 0 && after >= 0)
+		delta = after - before;
+report:
+	if (write(out, &delta, sizeof(delta)) != sizeof(delta))
+		_exit(1);
+	/* The devices stay until the parent has read it. */
+	_exit(read(in, pid, 1) < 0);
+}
+
+/*
+ * Round three, 6.  What VHOST_SET_OWNER makes for a device is charged to
+ * the owner's memory cgroup, the rings' arrays that chains are walked into
+ * (UIO_MAXIOV indirect descriptors, log entries and used elements: about
+ * 40 KiB a ring) included: a process in a cgroup of its own sets itself as
+ * the owner of DEVS devices, and the cgroup's memory.current grows by at
+ * least 32 KiB a ring.  Uncharged, a VMM limited to any amount of memory
+ * could pin 650 KiB per fd.
+ */
+VHOST_TEST_F(hard, memcg_charged_for_owners, 60)
+{
+	enum { DEVS = 8 };
+	const long long want = (long long)DEVS * VHOST_BLK_MAX_QUEUES * (32 << 10);
+	struct ctx *c = &self->c;
+	int to[2], from[2], status;
+	char ctl[256];
+	long long delta;
+	pid_t pid;
+
+	if (access(CGROUP_ROOT "/cgroup.procs", F_OK))
+		SKIP(return, "cgroup2 not mounted at " CGROUP_ROOT);
+	ASSERT_EQ(0, read_str(CGROUP_ROOT "/cgroup.controllers", ctl, sizeof(ctl)));
+	ASSERT_NE(NULL, strstr(ctl, "memory")) TH_LOG("no memory controller (CONFIG_MEMCG)");
+	ASSERT_EQ(0, read_str(CGROUP_ROOT "/cgroup.subtree_control", ctl, sizeof(ctl)));
+	if (!strstr(ctl, "memory")) {
+		ASSERT_EQ(0, write_str(CGROUP_ROOT "/cgroup.subtree_control", "+memory"));
+		c->memcg = true;
+	}
+	rmdir(CGROUP_DIR);
+	ASSERT_EQ(0, mkdir(CGROUP_DIR, 0755));
+	c->cgroup = true;
+	ASSERT_EQ(0, pipe(to));
+	ASSERT_EQ(0, pipe(from));
+	pid = vmm_fork_tied();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		close(to[1]);
+		close(from[0]);
+		memcg_owner_child(DEVS, to[0], from[1]);
+	}
+	c->child = pid;
+	close(to[0]);
+	close(from[1]);
+	ASSERT_EQ(sizeof(delta), read(from[0], &delta, sizeof(delta)));
+	close(to[1]);
+	close(from[0]);
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	c->child = 0;
+	ASSERT_LE(0, delta) TH_LOG("the child could not open and own the devices");
+	TH_LOG("SET_OWNER on %d devices charged %lld KiB", DEVS, delta >> 10);
+	EXPECT_LE(want, delta)
+		TH_LOG("less than %lld KiB charged: the rings' arrays are not the owner's",
+		       want >> 10);
+}
+
+/*
+ * Round three, 7.  A block device made read-only (BLKROSET) after
+ * SET_BACKEND refuses DISCARD as it refuses writes: IOERR, and the data
+ * stays.
+ */
+VHOST_TEST_F(hard, discard_refused_on_a_read_only_block_device, 30)
+{
+	const char *why = vhost_nullb_unusable(true, true);
+	struct ctx *c = &self->c;
+	uint64_t sector = 8192;
+	unsigned char *buf, *buf2;
+	int ro = 1;
+
+	if (why)
+		SKIP(return, "%s", why);
+	c->be = open(NULLB0, O_RDWR | O_DIRECT);
+	ASSERT_LE(0, c->be);
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 1 << 20));
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	buf = vmm_alloc(&c->b.vmm, 4096, 4096);
+	buf2 = vmm_alloc(&c->b.vmm, 4096, 4096);
+	ASSERT_NE(NULL, buf2);
+	fill(buf, 4096, sector, 61);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&c->b, 0, VIRTIO_BLK_T_OUT, sector, buf, 4096));
+
+	ASSERT_EQ(0, ioctl(c->be, BLKROSET, &ro)) TH_LOG("BLKROSET: %s", strerror(errno));
+	c->bdev_ro = true;
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, vmm_blk_do(&c->b, 0, VIRTIO_BLK_T_OUT, sector, buf2, 4096))
+		TH_LOG("a write to the read-only device did not fail");
+	ASSERT_LE(0, vmm_blk_post_dwz(&c->b, 0, VIRTIO_BLK_T_DISCARD, sector, 8, 0, NULL));
+	vmm_vq_kick(&c->b.vq[0]);
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, vmm_blk_reap(&c->b, 0, NULL, NULL, 10000))
+		TH_LOG("a DISCARD of the read-only device did not fail");
+	memset(buf2, 0xaa, 4096);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&c->b, 0, VIRTIO_BLK_T_IN, sector, buf2, 4096));
+	EXPECT_EQ(0, memcmp(buf, buf2, 4096)) TH_LOG("the data under the DISCARD went");
 }
 
 /* 6. WRITE_ZEROES on a block device zeroes, with and without UNMAP. */
@@ -1631,6 +1786,225 @@ VHOST_TEST_F(frozen, frozen_write_holds_no_ring, 90)
 	ASSERT_EQ(4096, pread(fd, got, 4096, 72 * 512));
 	close(fd);
 	EXPECT_EQ(0, memcmp(buf, got, 4096)) TH_LOG("the file does not hold the write");
+}
+
+/*
+ * WRITE_ZEROES over 64 sectors of a 128-sector pattern on @fd, the
+ * backend, with and without UNMAP: the range reads back as zeroes, the rest
+ * as written.
+ */
+static void zeroes_on(struct __test_metadata *_metadata, struct ctx *c, int fd,
+		      const char *what)
+{
+	static const uint32_t flags[] = { 0, VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP };
+	unsigned char *buf, *buf2;
+	uint64_t sector = 256;
+	unsigned int i;
+
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, fd));
+	buf = vmm_alloc(&c->b.vmm, 65536, 4096);
+	buf2 = vmm_alloc(&c->b.vmm, 65536, 4096);
+	ASSERT_NE(NULL, buf2);
+	for (i = 0; i < ARRAY_SIZE(flags); i++) {
+		fill(buf, 65536, sector, 50 + i);
+		ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&c->b, 0, VIRTIO_BLK_T_OUT, sector,
+						      buf, 65536));
+		ASSERT_LE(0, vmm_blk_post_dwz(&c->b, 0, VIRTIO_BLK_T_WRITE_ZEROES,
+					      sector + 8, 64, flags[i], NULL));
+		vmm_vq_kick(&c->b.vq[0]);
+		EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_reap(&c->b, 0, NULL, NULL, 10000))
+			TH_LOG("%s, flags %#x: WRITE_ZEROES failed", what, flags[i]);
+		memset(buf2, 0xaa, 65536);
+		ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&c->b, 0, VIRTIO_BLK_T_IN, sector,
+						      buf2, 65536));
+		EXPECT_EQ(0, memcmp(buf, buf2, 8 * 512));
+		EXPECT_TRUE(is_zero(buf2 + 8 * 512, 64 * 512))
+			TH_LOG("%s, flags %#x: the range does not read back as zeroes",
+			       what, flags[i]);
+		EXPECT_EQ(0, memcmp(buf + 72 * 512, buf2 + 72 * 512, 65536 - 72 * 512));
+	}
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, -1));
+	ASSERT_EQ(0, vmm_blk_rearm(&c->b, 0));
+}
+
+/*
+ * Round three, 8.  WRITE_ZEROES, offered to every guest, zeroes files
+ * whether or not their filesystem has FALLOC_FL_ZERO_RANGE: a tmpfs file
+ * (none; opened O_DIRECT where tmpfs allows it, as 7.3's does) and an ext4
+ * file (ZERO_RANGE), direct or buffered as the variant says.  A guest
+ * takes an I/O error for good: Linux does not fall back to writing zeroes.
+ */
+VHOST_TEST_F(frozen, write_zeroes_zeroes_a_file, 90)
+{
+	struct ctx *c = &self->c;
+	const char *why = ext4_setup(c, variant->direct);
+	int fd, tmp;
+
+	if (why)
+		SKIP(return, "%s", why);
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 1 << 20));
+	zeroes_on(_metadata, c, c->be, variant->direct ? "ext4, O_DIRECT" : "ext4");
+
+	tmp = tmpfs_file(c, 1 << 20);
+	ASSERT_LE(0, tmp) TH_LOG("tmpfs: %s", strerror(-tmp));
+	fd = tmp;
+	if (variant->direct) {
+		fd = open(TMPFS_FILE, O_RDWR | O_DIRECT);
+		/* 6.1's tmpfs has no direct I/O: the buffered file then. */
+		if (fd < 0 && errno == EINVAL)
+			TH_LOG("tmpfs refuses O_DIRECT: buffered");
+		fd = fd < 0 ? tmp : fd;
+	}
+	zeroes_on(_metadata, c, fd, fd != tmp ? "tmpfs, O_DIRECT" : "tmpfs");
+	if (fd != tmp)
+		close(fd);
+	close(tmp);
+}
+
+/*
+ * Freeze the filesystem of @dirfd from a child, waiting up to @ms for the
+ * FIFREEZE to return: its duration in seconds, or -1 when it did not
+ * return (the child is left waiting, and c->wedged set), or -2 when it
+ * failed.
+ */
+static double freeze_within(struct ctx *c, int ms)
+{
+	double t0 = now_s();
+	int status, i;
+	pid_t pid;
+
+	pid = vmm_fork_tied();
+	if (pid < 0)
+		return -2;
+	if (!pid)
+		_exit(ioctl(c->dirfd, FIFREEZE, 0) ? 1 : 0);
+	for (i = 0; i < ms; i++) {
+		if (waitpid(pid, &status, WNOHANG) == pid) {
+			if (!WIFEXITED(status) || WEXITSTATUS(status))
+				return -2;
+			c->frozen = true;
+			return now_s() - t0;
+		}
+		usleep(1000);
+	}
+	c->wedged = true;
+	return -1;
+}
+
+/* Write a file on the filesystem from this process, and make it stable. */
+static int other_writer(void)
+{
+	char buf[4096];
+	int fd, r = 0;
+
+	memset(buf, 0x5a, sizeof(buf));
+	fd = open(EXT4_MNT "/other", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (pwrite(fd, buf, sizeof(buf), 0) != sizeof(buf) || fsync(fd))
+		r = -errno;
+	close(fd);
+	return r;
+}
+
+/* Streams writes through ring 0 while a child freezes and thaws. */
+#define FREEZE_CYCLES	20
+
+/*
+ * Round three, 1.  Each write through vhost-blk to a file holds exactly one
+ * count of the filesystem's freeze protection, and its completion drops
+ * it: direct writes (asynchronous; to unwritten extents, completed from a
+ * workqueue, and over written ones, completed by the block layer) and
+ * page-cache writes (completed within the submission) alike.  A count that
+ * leaks makes the next FIFREEZE wait for ever, and every other writer of
+ * the filesystem behind it; a second count taken while a freeze waits
+ * deadlocks the worker with it.  So: writes, then FIFREEZE must return
+ * within a second, FITHAW, and another process still writes; then writes
+ * streaming while the filesystem is frozen and thawed FREEZE_CYCLES times,
+ * each freeze within a second; then every write is on the file.
+ */
+VHOST_TEST_F(frozen, writes_leave_the_filesystem_freezable, 180)
+{
+	struct ctx *c = &self->c;
+	const char *why = ext4_setup(c, variant->direct);
+	unsigned char *buf[8], got[4096];
+	unsigned int posted = 0, done = 0;
+	int i, round, cycle, st, fd;
+	double took;
+
+	if (why)
+		SKIP(return, "%s", why);
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 4 << 20));
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	for (i = 0; i < 8; i++) {
+		buf[i] = vmm_alloc(&c->b.vmm, 4096, 4096);
+		ASSERT_NE(NULL, buf[i]);
+		fill(buf[i], 4096, i, 11);
+	}
+	/* Round 0 allocates the blocks (unwritten extents), round 1 overwrites. */
+	for (round = 0; round < 2; round++) {
+		for (i = 0; i < 8; i++)
+			ASSERT_LE(0, vmm_blk_post(&c->b, 0, VIRTIO_BLK_T_OUT, i * 64,
+						  buf[i], 4096, 1, false, NULL));
+		vmm_vq_kick(&c->b.vq[0]);
+		for (i = 0; i < 8; i++)
+			ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_reap(&c->b, 0, NULL, NULL, 5000));
+	}
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&c->b, 0, VIRTIO_BLK_T_FLUSH, 0, NULL, 0));
+
+	took = freeze_within(c, 1000);
+	ASSERT_LE(0, took)
+		TH_LOG("FIFREEZE %s after 16 writes through vhost-blk",
+		       took == -1 ? "did not return within 1 s (a leaked freeze count)" :
+				    "failed");
+	TH_LOG("FIFREEZE took %.3f s", took);
+	ASSERT_EQ(0, ioctl(c->dirfd, FITHAW, 0)) TH_LOG("FITHAW: %s", strerror(errno));
+	c->frozen = false;
+	ASSERT_EQ(0, other_writer()) TH_LOG("another process cannot write after the thaw");
+
+	/* Writes stream while the filesystem is frozen and thawed. */
+	for (cycle = 0; cycle < FREEZE_CYCLES; cycle++) {
+		/* Keep 8 writes posted: complete ones are posted again. */
+		while (vmm_blk_reap(&c->b, 0, NULL, NULL, 0) >= 0)
+			done++;
+		while (vmm_vq_in_flight(&c->b.vq[0]) < 8) {
+			i = posted++ % 8;
+			ASSERT_LE(0, vmm_blk_post(&c->b, 0, VIRTIO_BLK_T_OUT, i * 64,
+						  buf[i], 4096, 1, false, NULL));
+		}
+		vmm_vq_kick(&c->b.vq[0]);
+		/* Some writes are in flight or waiting when the freeze comes. */
+		st = vmm_blk_reap(&c->b, 0, NULL, NULL, 1000);
+		if (st >= 0)
+			done++;
+		took = freeze_within(c, 1000);
+		ASSERT_LE(0, took)
+			TH_LOG("FIFREEZE %d of %d %s with writes streaming", cycle + 1,
+			       FREEZE_CYCLES, took == -1 ? "did not return within 1 s" :
+							  "failed");
+		ASSERT_EQ(0, ioctl(c->dirfd, FITHAW, 0)) TH_LOG("FITHAW: %s", strerror(errno));
+		c->frozen = false;
+	}
+	while (vmm_vq_in_flight(&c->b.vq[0])) {
+		st = vmm_blk_reap(&c->b, 0, NULL, NULL, 5000);
+		ASSERT_EQ(VIRTIO_BLK_S_OK, st) TH_LOG("a write did not complete after the last thaw");
+		done++;
+	}
+	TH_LOG("%u writes while freezing %d times", done, FREEZE_CYCLES);
+	ASSERT_EQ(posted, done);
+
+	took = freeze_within(c, 1000);
+	ASSERT_LE(0, took) TH_LOG("the last FIFREEZE did not return within 1 s");
+	ASSERT_EQ(0, ioctl(c->dirfd, FITHAW, 0)) TH_LOG("FITHAW: %s", strerror(errno));
+	c->frozen = false;
+	ASSERT_EQ(0, other_writer()) TH_LOG("another process cannot write after the thaw");
+	fd = open(EXT4_FILE, O_RDONLY);
+	ASSERT_LE(0, fd);
+	for (i = 0; i < 8; i++) {
+		ASSERT_EQ(4096, pread(fd, got, 4096, i * 64 * 512));
+		EXPECT_EQ(0, memcmp(buf[i], got, 4096)) TH_LOG("write %d is not on the file", i);
+	}
+	close(fd);
 }
 
 /* 3. Extra workers count against the caller's RLIMIT_NPROC. */

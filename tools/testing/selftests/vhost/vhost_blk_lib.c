@@ -225,9 +225,12 @@ int vmm_blk_reap(struct vmm_blk *b, unsigned int q, void **token,
 		 uint32_t *used_len, int timeout_ms)
 {
 	struct vmm_blk_slot *s;
+	int head;
 
-	if (vmm_vq_get_used(&b->vq[q], used_len, (void **)&s, timeout_ms) < 0)
-		return -1;
+	head = vmm_vq_get_used(&b->vq[q], used_len, (void **)&s, timeout_ms);
+	/* A head never posted is not "nothing returned". */
+	if (head < 0)
+		return head == -2 ? -2 : -1;
 	b->free[q][b->nfree[q]++] = s;
 	if (token)
 		*token = s->token;

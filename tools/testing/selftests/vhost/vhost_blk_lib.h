@@ -69,7 +69,10 @@ int vmm_blk_post(struct vmm_blk *b, unsigned int q, uint32_t type,
 /* Post a DISCARD or WRITE_ZEROES of one range. */
 int vmm_blk_post_dwz(struct vmm_blk *b, unsigned int q, uint32_t type,
 		     uint64_t sector, uint32_t nsect, uint32_t flags, void *token);
-/* Reap one completion of ring @q: its status (or -1 on timeout). */
+/*
+ * Reap one completion of ring @q: its status, -1 on timeout, or -2 when
+ * the device returned a head that was not posted.
+ */
 int vmm_blk_reap(struct vmm_blk *b, unsigned int q, void **token,
 		 uint32_t *used_len, int timeout_ms);
 /* Post, kick and wait for one request; returns its status or -1. */
