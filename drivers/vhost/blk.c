@@ -2076,7 +2076,8 @@ static long vhost_blk_ioctl(struct file *f, unsigned int ioctl,
 	r = vhost_dev_ioctl(&blk->dev, ioctl, argp);
 	if (r == -ENOIOCTLCMD)
 		r = vhost_blk_vring_ioctl(blk, ioctl, argp);
-	else
+	else if (!r)
+		/* A refused ioctl changed nothing handlers must see. */
 		vhost_dev_flush(&blk->dev);
 out:
 	mutex_unlock(&blk->dev.mutex);
