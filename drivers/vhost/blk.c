@@ -2055,8 +2055,13 @@ static long vhost_blk_ioctl(struct file *f, unsigned int ioctl,
 			return -EFAULT;
 		if (features & ~VHOST_BLK_BACKEND_FEATURES)
 			return -EOPNOTSUPP;
-		vhost_set_backend_features(&blk->dev, features);
-		return 0;
+		/* The IOTLB message format is the owner's choice alone. */
+		mutex_lock(&blk->dev.mutex);
+		r = vhost_dev_check_owner(&blk->dev);
+		if (!r)
+			vhost_set_backend_features(&blk->dev, features);
+		mutex_unlock(&blk->dev.mutex);
+		return r;
 	case VHOST_RESET_OWNER:
 		return vhost_blk_reset_owner(blk);
 	}

@@ -2415,6 +2415,146 @@ VHOST_TEST_F(hard, non_owner_cannot_set_features_or_iotlb, 30)
 }
 
 /*
+ * Round three, 11.  Every ioctl but the GET_FEATURES pair (and
+ * VHOST_SET_OWNER, EBUSY) is the owner's: another process holding the fd
+ * gets EPERM from each, the ring, worker and backend ones included, and
+ * changes nothing.
+ */
+VHOST_TEST_F(hard, non_owner_gets_eperm_from_every_ioctl, 30)
+{
+	struct vhost_vring_state num = { .index = 0, .num = 64 };
+	struct vhost_vring_state base = { .index = 0, .num = 0 };
+	struct vhost_vring_state poll = { .index = 0, .num = 5 };
+	struct vhost_vring_file file = { .index = 0, .fd = -1 };
+	struct vhost_vring_addr addr = { .index = 0 };
+	struct vhost_vring_worker vw = { .index = 0 };
+	struct vhost_worker_state ws = { .worker_id = 0 };
+	struct vhost_blk_backend be = { .fd = -1 };
+	struct vhost_blk_serial serial = { .serial = "x" };
+	uint64_t features = V1, bf = 1ULL << VHOST_BACKEND_F_IOTLB_MSG_V2, logbase = 0;
+	struct {
+		struct vhost_memory m;
+		struct vhost_memory_region r;
+	} mem = { .m = { .nregions = 1 } };
+	const struct {
+		const char *name;
+		unsigned long req;
+		void *arg;
+	} calls[] = {
+		{ "SET_FEATURES", VHOST_SET_FEATURES, &features },
+		{ "SET_BACKEND_FEATURES", VHOST_SET_BACKEND_FEATURES, &bf },
+		{ "SET_MEM_TABLE", VHOST_SET_MEM_TABLE, &mem },
+		{ "SET_LOG_BASE", VHOST_SET_LOG_BASE, &logbase },
+		{ "SET_VRING_NUM", VHOST_SET_VRING_NUM, &num },
+		{ "SET_VRING_BASE", VHOST_SET_VRING_BASE, &base },
+		{ "SET_VRING_ADDR", VHOST_SET_VRING_ADDR, &addr },
+		{ "SET_VRING_KICK", VHOST_SET_VRING_KICK, &file },
+		{ "SET_VRING_CALL", VHOST_SET_VRING_CALL, &file },
+		{ "SET_VRING_ERR", VHOST_SET_VRING_ERR, &file },
+		{ "SET_VRING_BUSYLOOP_TIMEOUT", VHOST_SET_VRING_BUSYLOOP_TIMEOUT, &poll },
+		{ "GET_VRING_BASE", VHOST_GET_VRING_BASE, &base },
+		{ "NEW_WORKER", VHOST_NEW_WORKER, &ws },
+		{ "FREE_WORKER", VHOST_FREE_WORKER, &ws },
+		{ "ATTACH_VRING_WORKER", VHOST_ATTACH_VRING_WORKER, &vw },
+		{ "GET_VRING_WORKER", VHOST_GET_VRING_WORKER, &vw },
+		{ "SET_VRING_WORKER", VHOST_SET_VRING_WORKER, &vw },
+		{ "VHOST_BLK_SET_BACKEND", VHOST_BLK_SET_BACKEND, &be },
+		{ "VHOST_BLK_SET_SERIAL", VHOST_BLK_SET_SERIAL, &serial },
+		{ "RESET_OWNER", VHOST_RESET_OWNER, NULL },
+	};
+	struct ctx *c = &self->c;
+	int out[2], status, i;
+	char why[256];
+	ssize_t n;
+	pid_t pid;
+
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 1 << 20));
+	mem.r.guest_phys_addr = VMM_GPA_BASE;
+	mem.r.memory_size = c->b.vmm.size;
+	mem.r.userspace_addr = (uintptr_t)c->b.vmm.mem;
+	addr.desc_user_addr = (uintptr_t)c->b.vq[0].vr.desc;
+	addr.avail_user_addr = (uintptr_t)c->b.vq[0].vr.avail;
+	addr.used_user_addr = (uintptr_t)c->b.vq[0].vr.used;
+	ASSERT_EQ(0, pipe(out));
+	pid = vmm_fork_tied();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		char buf[256] = "";
+
+		close(out[0]);
+		for (i = 0; i < (int)ARRAY_SIZE(calls); i++) {
+			int r = ioctl(c->b.fd, calls[i].req, calls[i].arg);
+
+			if (r != -1 || errno != EPERM)
+				snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), " %s=%s",
+					 calls[i].name, r == -1 ? strerror(errno) : "0");
+		}
+		_exit(write(out[1], buf, strlen(buf) + 1) < 0);
+	}
+	c->child = pid;
+	close(out[1]);
+	n = read(out[0], why, sizeof(why) - 1);
+	close(out[0]);
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	c->child = 0;
+	ASSERT_LT(0, n);
+	why[n] = 0;
+	EXPECT_STREQ("", why) TH_LOG("not EPERM for a non-owner:%s", why);
+	/* Nothing changed: the owner's device still serves. */
+	c->be = tmpfs_file(c, 1 << 20);
+	ASSERT_LE(0, c->be);
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&c->b, 0, VIRTIO_BLK_T_FLUSH, 0, NULL, 0));
+}
+
+/*
+ * Round three, 7.  The busy-poll cap holds against a VMM that changes the
+ * argument while the ioctl reads it: another thread flips the timeout
+ * between 0 and ~0 as the main one sets it, and what the ring keeps never
+ * exceeds VHOST_BLK_MAX_BUSYLOOP_TIMEOUT.
+ */
+struct flipper {
+	struct vhost_vring_state *st;
+	int stop;		/* atomic */
+};
+
+static void *flip_timeout(void *arg)
+{
+	struct flipper *f = arg;
+
+	while (!__atomic_load_n(&f->stop, __ATOMIC_RELAXED))
+		__atomic_store_n(&f->st->num, f->st->num ? 0 : ~0U, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+VHOST_TEST_F(hard, busyloop_timeout_cap_holds_against_a_racing_argument, 60)
+{
+	enum { ROUNDS = 20000 };
+	struct vhost_vring_state st = { .index = 0 }, got = { .index = 0 };
+	struct flipper f = { .st = &st };
+	struct ctx *c = &self->c;
+	unsigned int over = 0, set = 0, i;
+	pthread_t th;
+
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 1 << 20));
+	ASSERT_EQ(0, pthread_create(&th, NULL, flip_timeout, &f));
+	for (i = 0; i < ROUNDS; i++) {
+		if (!ioctl(c->b.fd, VHOST_SET_VRING_BUSYLOOP_TIMEOUT, &st))
+			set++;
+		got.num = 0;
+		ASSERT_EQ(0, ioctl(c->b.fd, VHOST_GET_VRING_BUSYLOOP_TIMEOUT, &got));
+		if (got.num > VHOST_BLK_MAX_BUSYLOOP_TIMEOUT)
+			over++;
+	}
+	__atomic_store_n(&f.stop, 1, __ATOMIC_RELAXED);
+	pthread_join(th, NULL);
+	TH_LOG("%u of %d SETs accepted", set, ROUNDS);
+	EXPECT_EQ(0, over) TH_LOG("the ring kept a timeout over the cap %u times", over);
+	st.num = 0;
+	EXPECT_EQ(0, ioctl(c->b.fd, VHOST_SET_VRING_BUSYLOOP_TIMEOUT, &st));
+}
+
+/*
  * 7. After a detach, a ring starts only once the VMM sets it up again.  A
  * guest back with one queue of two: ring 1 still has its kick and its old
  * addresses, and a request there (memory that is no longer a ring) must not
