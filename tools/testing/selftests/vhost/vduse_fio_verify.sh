@@ -4,7 +4,9 @@
 # The real guest path: the kernel's virtio_blk on a VDUSE device whose two
 # rings vduse_blk_bridge hands to vhost-blk (one worker per queue), backed by
 # a memory-backed null_blk.  fio writes with crc32c checksums, then reads
-# everything back and verifies it.  Exit 0 pass, 4 skip (kselftest).
+# everything back and verifies it; the device must have its two queues, and
+# two vhost workers must have served them (their CPU time grew).  Exit 0
+# pass, 4 skip (kselftest).
 set -u
 dir=$(dirname "$(readlink -f "$0")")
 # "make run_tests" with a separate output directory runs this script from
@@ -27,6 +29,24 @@ command -v fio >/dev/null || skip "fio not installed"
 command -v vdpa >/dev/null || skip "vdpa (iproute2) not installed"
 [ -x "$dir/vduse_blk_bridge" ] || skip "$dir/vduse_blk_bridge not built"
 
+# The vhost workers of process $1: mainline's are its threads named
+# vhost-*, 6.1's kthreads named vhost-$1 and vhost-$1-N.  "tid cputime" each.
+workers() {
+	local pid=$1 t comm stat
+	for t in /proc/"$pid"/task/* /proc/[0-9]*; do
+		read -r comm 2>/dev/null <"$t/comm" || continue
+		case "$comm" in
+		vhost-"$pid"|vhost-"$pid"-*) ;;
+		vhost-*) [ "${t#/proc/$pid/task/}" != "$t" ] || continue ;;
+		*) continue ;;
+		esac
+		read -r stat 2>/dev/null <"$t/stat" || continue
+		# shellcheck disable=SC2086
+		set -- $stat
+		echo "${t##*/} $((${14} + ${15}))"
+	done | sort -u
+}
+
 "$dir/vduse_blk_bridge" -d $dev -n vmqverify -q 2 -p perqueue 2>&1 | sed 's/^/# /' &
 vd=
 for i in $(seq 1 100); do
@@ -38,14 +58,28 @@ rc=1
 if [ -z "$vd" ]; then
 	echo "# no /dev/vdX appeared"
 else
-	echo "# /dev/$vd: $(cat /sys/block/$vd/size) sectors," \
-		"$(ls /sys/block/$vd/mq | wc -l) queue(s)"
-	echo "# vhost threads: $(ps -eo comm | grep vhost- | tr '\n' ' ')"
+	queues=$(ls /sys/block/$vd/mq | wc -l)
+	echo "# /dev/$vd: $(cat /sys/block/$vd/size) sectors, $queues queue(s)"
+	bridge=$(pgrep -o -f "vduse_blk_bridge -d $dev -n vmqverify")
+	before=$(workers "$bridge")
+	echo "# vhost workers of the bridge ($bridge), tid and CPU ticks:" $before
 	fio --name=verify --filename=/dev/$vd --direct=1 --ioengine=io_uring \
 		--rw=randwrite --bs=4k --size=32M --iodepth=16 --numjobs=2 \
 		--offset_increment=32M --verify=crc32c --verify_fatal=1 \
 		--group_reporting 2>&1 | sed 's/^/# /'
 	rc=${PIPESTATUS[0]}
+	after=$(workers "$bridge")
+	# A worker whose CPU time grew served a queue.
+	busy=$(join <(echo "$before") <(echo "$after") | awk '$3 > $2' | wc -l)
+	echo "# after fio:" $after "; $busy busy"
+	if [ "$rc" = 0 ] && [ "$queues" != 2 ]; then
+		echo "# $queues queues, not the 2 the bridge was asked for"
+		rc=1
+	fi
+	if [ "$rc" = 0 ] && [ "$busy" != 2 ]; then
+		echo "# $busy workers served the queues, not one per queue (2)"
+		rc=1
+	fi
 fi
 pkill -TERM -f "vduse_blk_bridge -d $dev -n vmqverify"
 wait
@@ -53,5 +87,5 @@ if [ "$rc" = 0 ]; then
 	echo "ok 1 vduse_fio_verify"
 	exit 0
 fi
-echo "not ok 1 vduse_fio_verify # fio exit $rc"
+echo "not ok 1 vduse_fio_verify # exit $rc"
 exit 1
