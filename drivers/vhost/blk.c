@@ -2023,6 +2023,30 @@ static long vhost_blk_vring_ioctl(struct vhost_blk *blk, unsigned int ioctl,
 	return 0;
 }
 
+/*
+ * VHOST_SET_BACKEND_FEATURES: what vhost_set_backend_features() does, in
+ * the same critical section as the owner check (it takes dev.mutex itself):
+ * the IOTLB message format is the owner's choice alone.
+ */
+static long vhost_blk_set_backend_features(struct vhost_blk *blk, u64 features)
+{
+	long r;
+	int i;
+
+	mutex_lock(&blk->dev.mutex);
+	r = vhost_dev_check_owner(&blk->dev);
+	for (i = 0; !r && i < VHOST_BLK_MAX_QUEUES; i++) {
+		struct vhost_virtqueue *vq = &blk->vqs[i].vq;
+
+		/* Handlers and IOTLB updates read it under the ring's mutex. */
+		mutex_lock(&vq->mutex);
+		vq->acked_backend_features = features;
+		mutex_unlock(&vq->mutex);
+	}
+	mutex_unlock(&blk->dev.mutex);
+	return r;
+}
+
 static long vhost_blk_ioctl(struct file *f, unsigned int ioctl,
 			    unsigned long arg)
 {
@@ -2055,13 +2079,7 @@ static long vhost_blk_ioctl(struct file *f, unsigned int ioctl,
 			return -EFAULT;
 		if (features & ~VHOST_BLK_BACKEND_FEATURES)
 			return -EOPNOTSUPP;
-		/* The IOTLB message format is the owner's choice alone. */
-		mutex_lock(&blk->dev.mutex);
-		r = vhost_dev_check_owner(&blk->dev);
-		if (!r)
-			vhost_set_backend_features(&blk->dev, features);
-		mutex_unlock(&blk->dev.mutex);
-		return r;
+		return vhost_blk_set_backend_features(blk, features);
 	case VHOST_RESET_OWNER:
 		return vhost_blk_reset_owner(blk);
 	}
