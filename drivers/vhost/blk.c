@@ -718,7 +718,7 @@ static int vhost_blk_zero_fill(struct file *file, loff_t pos, u64 len)
 		bv[i] = (struct bio_vec){ .bv_page = ZERO_PAGE(0),
 					  .bv_len = PAGE_SIZE };
 	while (len) {
-		size_t n = min_t(u64, len, sizeof(bv) / sizeof(bv[0]) * PAGE_SIZE);
+		size_t n = min_t(u64, len, ARRAY_SIZE(bv) * PAGE_SIZE);
 
 		iov_iter_bvec(&iter, WRITE, bv, DIV_ROUND_UP(n, PAGE_SIZE), n);
 		r = vfs_iter_write(file, &iter, &pos, 0);

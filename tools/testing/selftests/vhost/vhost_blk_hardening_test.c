@@ -1987,7 +1987,8 @@ VHOST_TEST_F(frozen, writes_leave_the_filesystem_freezable, 180)
 	}
 	while (vmm_vq_in_flight(&c->b.vq[0])) {
 		st = vmm_blk_reap(&c->b, 0, NULL, NULL, 5000);
-		ASSERT_EQ(VIRTIO_BLK_S_OK, st) TH_LOG("a write did not complete after the last thaw");
+		ASSERT_EQ(VIRTIO_BLK_S_OK, st)
+			TH_LOG("a write did not complete after the last thaw");
 		done++;
 	}
 	TH_LOG("%u writes while freezing %d times", done, FREEZE_CYCLES);
