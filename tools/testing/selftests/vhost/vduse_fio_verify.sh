@@ -29,15 +29,24 @@ command -v fio >/dev/null || skip "fio not installed"
 command -v vdpa >/dev/null || skip "vdpa (iproute2) not installed"
 [ -x "$dir/vduse_blk_bridge" ] || skip "$dir/vduse_blk_bridge not built"
 
-# The vhost workers of process $1: mainline's are its threads named
-# vhost-*, 6.1's kthreads named vhost-$1 and vhost-$1-N.  "tid cputime" each.
+# The vhost workers of process $1, "tid cputime" each: mainline's are its
+# threads named vhost-*; 6.1's are kthreads named vhost-T and vhost-T-N,
+# T the thread that set the owner (the bridge's message thread).
 workers() {
-	local pid=$1 t comm stat
+	local pid=$1 t tid comm stat tids=" "
+	for t in /proc/"$pid"/task/*; do
+		tids+="${t##*/} "
+	done
 	for t in /proc/"$pid"/task/* /proc/[0-9]*; do
 		read -r comm 2>/dev/null <"$t/comm" || continue
 		case "$comm" in
-		vhost-"$pid"|vhost-"$pid"-*) ;;
-		vhost-*) [ "${t#/proc/$pid/task/}" != "$t" ] || continue ;;
+		vhost-*) ;;
+		*) continue ;;
+		esac
+		tid=${comm#vhost-}
+		tid=${tid%%-*}
+		case "$t$tids" in
+		/proc/"$pid"/task/*|*" $tid "*) ;;
 		*) continue ;;
 		esac
 		read -r stat 2>/dev/null <"$t/stat" || continue
