@@ -86,10 +86,10 @@
  * (and VHOST_RESET_OWNER) waits for a grace period after the drain and
  * before the last flush of the workers, so the worker and the device stay
  * valid until the completion has finished queueing, and the flush runs what
- * it queued.  Workers are the owner's
- * threads (vhost_task): when the owner is killed they stop taking work and
- * leave their rings, and the drain then drops the requests that complete,
- * so the release never waits for a return no worker will make.
+ * it queued.  Workers are the owner's threads (vhost_task): when the owner
+ * is killed they stop taking work and leave their rings, and the drain then
+ * drops the requests that complete, so the release never waits for a return
+ * no worker will make.
  *
  * The backend.  Only files with iter I/O in each direction they are open for,
  * O_DIRECT only where the file supports it, and never O_APPEND (a guest
@@ -99,12 +99,13 @@
  * with the same checks and page cache rules (vhost_blk_bio_rw()).  A write
  * to a regular file holds one count of freeze protection, taken without
  * waiting and dropped by its completion: a write to a frozen filesystem
- * stays on its ring until the thaw.  DISCARD discards
- * (block devices: REQ_OP_DISCARD, after dropping the range's cached pages
- * as BLKDISCARD does, never under a filesystem that holds the device;
- * files: punch a hole) and never writes data; WRITE_ZEROES zeroes.  Both
- * are bounded by the maximums in the uapi header, which the VMM advertises
- * to the guest.
+ * stays on its ring until the thaw.  DISCARD discards (block devices:
+ * REQ_OP_DISCARD, after dropping the range's cached pages as BLKDISCARD
+ * does, never under a filesystem that holds the device, never once the
+ * device is read-only; files: punch a hole) and never writes data;
+ * WRITE_ZEROES zeroes (written zeroes where the file cannot zero a range).
+ * Both are bounded by the maximums in the uapi header, which the VMM
+ * advertises to the guest.
  *
  * Errors.  A request vhost-blk can parse but not serve (bad type, bad
  * length, out of range, I/O error, short I/O, read-only backend) completes
