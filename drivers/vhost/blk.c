@@ -2027,15 +2027,17 @@ static long vhost_blk_vring_ioctl(struct vhost_blk *blk, unsigned int ioctl,
 /*
  * VHOST_SET_BACKEND_FEATURES: what vhost_set_backend_features() does, in
  * the same critical section as the owner check (it takes dev.mutex itself):
- * the IOTLB message format is the owner's choice alone.
+ * the IOTLB message format of an owned device is its owner's choice alone.
+ * Before VHOST_SET_OWNER anyone may set it, as on every vhost device.
  */
 static long vhost_blk_set_backend_features(struct vhost_blk *blk, u64 features)
 {
-	long r;
+	long r = 0;
 	int i;
 
 	mutex_lock(&blk->dev.mutex);
-	r = vhost_dev_check_owner(&blk->dev);
+	if (vhost_dev_has_owner(&blk->dev))
+		r = vhost_dev_check_owner(&blk->dev);
 	for (i = 0; !r && i < VHOST_BLK_MAX_QUEUES; i++) {
 		struct vhost_virtqueue *vq = &blk->vqs[i].vq;
 
