@@ -9,21 +9,23 @@
  * VHOST_BLK_MAX_QUEUES rings is a virtio-blk request queue.
  *
  * Threads.  A ring's kick runs vhost_blk_handle_kick() on the ring's worker.
- * The handler takes every available request, checks it and submits it: reads
- * and writes as kiocbs against the backing file (asynchronous direct I/O
- * when the file was opened O_DIRECT, page-cache I/O otherwise), or, for a
- * block device opened O_DIRECT, as a bio straight to the device (the
- * bio_submit module parameter); the other types synchronously.  The worker
- * does not wait for direct reads and writes (it does for page-cache ones,
- * which complete within their submission, for dirty throttling, and on the
- * bio path for the writeback of cached pages of the range): their
- * completions, which may run in interrupt context, only put the request on
- * the ring's completion list and queue the ring's complete_work, which then
- * writes the status bytes, fills the used ring, logs dirty pages and signals
- * the guest once for the whole batch, again on the ring's worker.  A request
- * that completes while the handler is still submitting, in its own task
- * (null_blk and page-cache I/O complete inline; an interrupt of the worker),
- * is returned by the handler itself once it has submitted the batch, without
+ * The handler takes every available request, checks it and submits it:
+ * direct reads and writes as kiocbs against the backing file (asynchronous
+ * direct I/O when the file was opened O_DIRECT), or, for a block device
+ * opened O_DIRECT, as a bio straight to the device (the bio_submit module
+ * parameter); GET_ID at once.  The worker does not wait for them (it does on
+ * the bio path for the writeback of cached pages of the range).  What may
+ * wait for the backend for long (FLUSH, DISCARD, WRITE_ZEROES, page-cache
+ * reads and writes) goes to the ring's slow_work on an unbound workqueue,
+ * in the owner's mm, credentials and cgroups, so that a stalled backend
+ * holds neither the ring's mutex nor its worker.  Completions, which may
+ * run in interrupt context, only put the request on the ring's completion
+ * list and queue the ring's complete_work, which then writes the status
+ * bytes, fills the used ring, logs dirty pages and signals the guest once
+ * for the whole batch, again on the ring's worker.  A request that
+ * completes while the handler is still submitting, in its own task
+ * (null_blk completes inline; an interrupt of the worker), is returned by
+ * the handler itself once it has submitted the batch, without
  * a second pass through the worker (the ring's submitter).  Each ring gets a
  * worker of its own when it starts, unless the worker_pool module parameter
  * or the VMM (with the vhost worker ioctls) say otherwise, or the device is
@@ -63,7 +65,7 @@
  * misses, so a paused ring drops a completion whose used ring misses
  * instead of waiting for the answer, as the release path does.  An IOTLB
  * invalidation does not quiesce at all (see vhost_blk_iotlb_msg()).  Waits
- * on ioctl paths are killable; the release path waits for good.  No
+ * on ioctl paths are killable; the release path waits in a work item.  No
  * handler waits for long holding its ring: a write to a frozen filesystem
  * goes back on the ring and is tried again every VHOST_BLK_FROZEN_RETRY.
  *
@@ -89,7 +91,9 @@
  * it queued.  Workers are the owner's threads (vhost_task): when the owner
  * is killed they stop taking work and leave their rings, and the drain then
  * drops the requests that complete, so the release never waits for a return
- * no worker will make.
+ * no worker will make.  Requests stuck on their backend do not keep the
+ * closing task waiting either: after VHOST_BLK_RELEASE_WAIT the release
+ * goes on in a work item (vhost_blk_release()).
  *
  * The backend.  Only files with iter I/O in each direction they are open for,
  * O_DIRECT only where the file supports it, and never O_APPEND (a guest
@@ -117,12 +121,15 @@
 #include <linux/blkdev.h>
 #include <linux/compat.h>
 #include <linux/cred.h>
+#include <linux/cgroup.h>
 #include <linux/falloc.h>
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/fsnotify.h>
 #include <linux/llist.h>
 #include <linux/ioprio.h>
+#include <linux/kthread.h>
+#include <linux/memcontrol.h>
 #include <linux/miscdevice.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
@@ -130,6 +137,7 @@
 #include <linux/pagemap.h>
 #include <linux/rcupdate.h>
 #include <linux/sched/clock.h>
+#include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
 #include <linux/spinlock.h>
@@ -173,6 +181,17 @@ MODULE_PARM_DESC(busyloop_timeout,
 #define VHOST_BLK_INLINE_IOVS	8
 /* How often a ring whose filesystem is frozen looks for the thaw. */
 #define VHOST_BLK_FROZEN_RETRY	msecs_to_jiffies(10)
+/*
+ * How long a release waits for requests in flight before it leaves them,
+ * and the rest of the teardown, to vhost_blk_wq.
+ */
+#define VHOST_BLK_RELEASE_WAIT	msecs_to_jiffies(100)
+
+/*
+ * Runs the rings' slow_work and the releases that outlive their close.
+ * Destroyed, so drained, when the module goes.
+ */
+static struct workqueue_struct *vhost_blk_wq;
 
 static const int vhost_blk_bits[] = {
 	VHOST_FEATURES,
@@ -211,6 +230,17 @@ struct vhost_blk_vq {
 	struct task_struct *submitter;
 	/* Returns completed requests to the guest, on the ring's worker. */
 	struct vhost_work complete_work;
+	/*
+	 * Requests that may wait for their backend for long: FLUSH, DISCARD,
+	 * WRITE_ZEROES and page-cache reads and writes.  The handler puts
+	 * them here and slow_work serves them in order on vhost_blk_wq,
+	 * holding neither vq.mutex nor the ring's worker, so that a stalled
+	 * backend keeps no VMM ioctl, and no exit of the owner, waiting.  The
+	 * handler adds, slow_work takes; one slow_work per ring bounds the
+	 * kworkers a device can keep waiting to its rings.
+	 */
+	struct llist_head slow;
+	struct work_struct slow_work;
 	/* The VMM bound this ring to a worker itself.  Under dev.mutex. */
 	bool user_bound;
 	/* The worker_pool policy was applied.  Under dev.mutex. */
@@ -292,6 +322,8 @@ struct vhost_blk {
 	wait_queue_head_t drain_wq;
 	/* Worker ids of the worker_pool policy.  Under dev.mutex. */
 	u32 pool[VHOST_BLK_MAX_QUEUES];
+	/* Finishes a release that found requests still in flight. */
+	struct work_struct release_work;
 	/* Protects serial: GET_ID reads it on a worker, SET_SERIAL writes it. */
 	spinlock_t serial_lock;
 	/* GET_ID answer.  A GET_ID racing with SET_SERIAL sees either one. */
@@ -320,6 +352,12 @@ struct vhost_blk_req {
 	bool invalidate;
 	struct file *file;
 	loff_t pos;
+	/* For slow_work: what it serves, and how (see vhost_blk_defer()). */
+	u32 type;			/* VIRTIO_BLK_T_* */
+	unsigned int nseg;		/* DISCARD, WRITE_ZEROES: in segs */
+	struct virtio_blk_discard_write_zeroes segs[VHOST_BLK_MAX_DISCARD_SEG];
+	struct iov_iter iter;		/* page-cache IN, OUT: the data */
+	struct cgroup_subsys_state *blkcg, *memcg; /* the worker's */
 	struct iovec *iov;		/* the chain, out then in */
 	struct iovec inline_iov[VHOST_BLK_INLINE_IOVS];
 };
@@ -847,41 +885,56 @@ static bool vhost_blk_range_ok(struct file *file, u64 sector, u64 len)
 	return sector <= capacity && len <= capacity - sector;
 }
 
-static u8 vhost_blk_discard_zeroes(struct file *file, struct iov_iter *from,
-				   bool discard)
+/*
+ * Copy the segments of a DISCARD (@discard) or WRITE_ZEROES request from
+ * @from into @req and check them: VIRTIO_BLK_S_OK when slow_work may carry
+ * them out (vhost_blk_discard_zeroes()), the request's status otherwise.
+ */
+static u8 vhost_blk_get_segs(struct vhost_blk_req *req, struct file *file,
+			     struct iov_iter *from, bool discard)
 {
-	struct virtio_blk_discard_write_zeroes seg;
+	struct virtio_blk_discard_write_zeroes *seg;
 	size_t n = iov_iter_count(from);
 	u32 flags, nsect, max;
-	loff_t pos;
-	u64 sector;
-	int r;
 
-	if (!n || n % sizeof(seg) ||
-	    n / sizeof(seg) > VHOST_BLK_MAX_DISCARD_SEG)
+	if (!n || n % sizeof(*seg) ||
+	    n / sizeof(*seg) > VHOST_BLK_MAX_DISCARD_SEG)
 		return VIRTIO_BLK_S_IOERR;
 	max = discard ? VHOST_BLK_MAX_DISCARD_SECTORS :
 			VHOST_BLK_MAX_WRITE_ZEROES_SECTORS;
-	while (iov_iter_count(from)) {
-		if (copy_from_iter(&seg, sizeof(seg), from) != sizeof(seg))
+	req->nseg = n / sizeof(*seg);
+	for (seg = req->segs; seg < req->segs + req->nseg; seg++) {
+		if (copy_from_iter(seg, sizeof(*seg), from) != sizeof(*seg))
 			return VIRTIO_BLK_S_IOERR;
-		sector = le64_to_cpu(seg.sector);
-		nsect = le32_to_cpu(seg.num_sectors);
-		flags = le32_to_cpu(seg.flags);
+		nsect = le32_to_cpu(seg->num_sectors);
+		flags = le32_to_cpu(seg->flags);
 		if (discard ? flags : flags & ~VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP)
 			return VIRTIO_BLK_S_UNSUPP;
 		if (nsect > max ||
-		    !vhost_blk_range_ok(file, sector,
+		    !vhost_blk_range_ok(file, le64_to_cpu(seg->sector),
 					(u64)nsect << VHOST_BLK_SECTOR_SHIFT))
 			return VIRTIO_BLK_S_IOERR;
-		pos = sector << VHOST_BLK_SECTOR_SHIFT;
-		if (discard)
-			r = vhost_blk_discard(file, pos,
-					      (u64)nsect << VHOST_BLK_SECTOR_SHIFT);
+	}
+	return VIRTIO_BLK_S_OK;
+}
+
+/* Carry out the segments vhost_blk_get_segs() checked.  On vhost_blk_wq. */
+static u8 vhost_blk_discard_zeroes(struct vhost_blk_req *req)
+{
+	struct virtio_blk_discard_write_zeroes *seg;
+	loff_t pos;
+	u64 len;
+	int r;
+
+	for (seg = req->segs; seg < req->segs + req->nseg; seg++) {
+		pos = le64_to_cpu(seg->sector) << VHOST_BLK_SECTOR_SHIFT;
+		len = (u64)le32_to_cpu(seg->num_sectors) << VHOST_BLK_SECTOR_SHIFT;
+		if (req->type == VIRTIO_BLK_T_DISCARD)
+			r = vhost_blk_discard(req->file, pos, len);
 		else
-			r = vhost_blk_write_zeroes(file, pos,
-						   (u64)nsect << VHOST_BLK_SECTOR_SHIFT,
-						   flags & VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP);
+			r = vhost_blk_write_zeroes(req->file, pos, len,
+						   le32_to_cpu(seg->flags) &
+						   VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP);
 		if (r)
 			return VIRTIO_BLK_S_IOERR;
 	}
@@ -1043,9 +1096,117 @@ static ssize_t vhost_blk_write_iter(struct file *file, struct kiocb *iocb,
 	return ret;
 }
 
-/* Submit a read or a write; completes through vhost_blk_rw_complete(). */
-static void vhost_blk_rw(struct vhost_blk_req *req, struct file *file,
-			 struct iov_iter *iter, loff_t pos)
+/*
+ * Hand @req, a request that may wait for its backend for long, to the
+ * ring's slow_work.  It runs there in the cgroups of the ring's worker,
+ * that is of the owner: I/O it issues and pages it dirties are charged
+ * there, not to the kworker's root cgroups.  On the ring's worker.
+ */
+static void vhost_blk_defer(struct vhost_blk_vq *bvq, struct vhost_blk_req *req,
+			    struct file *file, u32 type)
+{
+	req->file = file;
+	req->type = type;
+	req->blkcg = NULL;
+	req->memcg = NULL;
+#ifdef CONFIG_BLK_CGROUP
+	req->blkcg = task_get_css(current, io_cgrp_id);
+#endif
+#ifdef CONFIG_MEMCG
+	req->memcg = task_get_css(current, memory_cgrp_id);
+#endif
+	/* Pairs with the llist_del_all() in vhost_blk_slow_work(). */
+	if (llist_add(&req->node, &bvq->slow))
+		queue_work(vhost_blk_wq, &bvq->slow_work);
+}
+
+/* Serve one deferred request in the owner's mm, cgroups and credentials. */
+static void vhost_blk_slow_one(struct vhost_blk_req *req, struct mm_struct *mm,
+			       const struct cred *cred)
+{
+	struct mem_cgroup *old_memcg = NULL;
+	const struct cred *old_cred;
+	ssize_t ret = 0;
+	u8 status = VIRTIO_BLK_S_OK;
+
+	kthread_use_mm(mm);
+	old_cred = override_creds(cred);
+	if (req->blkcg)
+		kthread_associate_blkcg(req->blkcg);
+#ifdef CONFIG_MEMCG
+	if (req->memcg)
+		old_memcg = set_active_memcg(mem_cgroup_from_css(req->memcg));
+#endif
+	switch (req->type) {
+	case VIRTIO_BLK_T_IN:
+		ret = vfs_iocb_iter_read(req->file, &req->iocb, &req->iter);
+		break;
+	case VIRTIO_BLK_T_OUT:
+		ret = vhost_blk_write_iter(req->file, &req->iocb, &req->iter);
+		break;
+	case VIRTIO_BLK_T_FLUSH:
+		if (vfs_fsync(req->file, 0))
+			status = VIRTIO_BLK_S_IOERR;
+		break;
+	default:
+		status = vhost_blk_discard_zeroes(req);
+		break;
+	}
+#ifdef CONFIG_MEMCG
+	if (req->memcg)
+		set_active_memcg(old_memcg);
+#endif
+	if (req->blkcg)
+		kthread_associate_blkcg(NULL);
+	revert_creds(old_cred);
+	kthread_unuse_mm(mm);
+	if (req->memcg)
+		css_put(req->memcg);
+	if (req->blkcg)
+		css_put(req->blkcg);
+	/*
+	 * Last: once done, the request may be returned and the device, its
+	 * mm reference and the ring's credentials go (a drain waits for it).
+	 */
+	if (req->type == VIRTIO_BLK_T_IN || req->type == VIRTIO_BLK_T_OUT)
+		vhost_blk_rw_complete(&req->iocb, ret);
+	else
+		vhost_blk_req_done(req, status);
+}
+
+/*
+ * The ring's deferred requests, in the order the handler took them.  Each
+ * is in flight until it is done, so the device, its owner's mm and the
+ * ring's credentials stay (a drain waits for it); this function touches
+ * nothing of them after the last request is done.  On vhost_blk_wq.
+ */
+static void vhost_blk_slow_work(struct work_struct *work)
+{
+	struct vhost_blk_vq *bvq = container_of(work, struct vhost_blk_vq,
+						slow_work);
+	struct mm_struct *mm = bvq->vq.dev->mm;
+	const struct cred *cred = bvq->cred;
+	struct vhost_blk_req *req, *tmp;
+	struct llist_node *node;
+	struct blk_plug plug;
+
+	node = llist_reverse_order(llist_del_all(&bvq->slow));
+	blk_start_plug(&plug);
+	llist_for_each_entry_safe(req, tmp, node, node) {
+		vhost_blk_slow_one(req, mm, cred);
+		cond_resched();
+	}
+	blk_finish_plug(&plug);
+}
+
+/*
+ * Submit a read or a write; completes through vhost_blk_rw_complete().
+ * Direct I/O is asynchronous: the worker does not wait for it.  Page-cache
+ * I/O completes within its submission, and may wait for the device for
+ * long (a read that misses, dirty throttling): slow_work submits it.
+ */
+static void vhost_blk_rw(struct vhost_blk_vq *bvq, struct vhost_blk_req *req,
+			 struct file *file, struct iov_iter *iter, loff_t pos)
 {
 	ssize_t ret;
 
@@ -1054,14 +1215,12 @@ static void vhost_blk_rw(struct vhost_blk_req *req, struct file *file,
 	    (READ_ONCE(file->f_flags) & O_DIRECT) &&
 	    vhost_blk_bio_rw(req, file, iter, pos))
 		return;
+	/* Here, on the worker: the kiocb takes the submitter's ioprio. */
 	init_sync_kiocb(&req->iocb, file);
 	req->iocb.ki_pos = pos;
-	/* Direct I/O is asynchronous: the worker does not wait for it. */
 	if (req->iocb.ki_flags & IOCB_DIRECT)
 		req->iocb.ki_complete = vhost_blk_rw_complete;
-	if (req->is_read) {
-		ret = vfs_iocb_iter_read(file, &req->iocb, iter);
-	} else {
+	if (!req->is_read) {
 		/*
 		 * vhost_blk_submit() took freeze protection; the completion,
 		 * maybe in another context, drops it (kiocb_end_write()).
@@ -1072,12 +1231,23 @@ static void vhost_blk_rw(struct vhost_blk_req *req, struct file *file,
 					     SB_FREEZE_WRITE);
 			req->iocb.ki_flags |= IOCB_WRITE;
 		}
-		if (req->iocb.ki_flags & IOCB_APPEND)
+		if (req->iocb.ki_flags & IOCB_APPEND) {
 			/* O_APPEND set with fcntl() after SET_BACKEND. */
-			ret = -EINVAL;
-		else
-			ret = vhost_blk_write_iter(file, &req->iocb, iter);
+			vhost_blk_rw_complete(&req->iocb, -EINVAL);
+			return;
+		}
 	}
+	if (!(req->iocb.ki_flags & IOCB_DIRECT)) {
+		/* The iovecs are the request's own copy: the iterator holds. */
+		req->iter = *iter;
+		vhost_blk_defer(bvq, req, file, req->is_read ?
+				VIRTIO_BLK_T_IN : VIRTIO_BLK_T_OUT);
+		return;
+	}
+	if (req->is_read)
+		ret = vfs_iocb_iter_read(file, &req->iocb, iter);
+	else
+		ret = vhost_blk_write_iter(file, &req->iocb, iter);
 	if (ret != -EIOCBQUEUED)
 		vhost_blk_rw_complete(&req->iocb, ret);
 }
@@ -1215,7 +1385,8 @@ static bool vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 		    !vhost_blk_range_ok(file, sector, iov_iter_count(&to)))
 			goto err;
 		req->is_read = true;
-		vhost_blk_rw(req, file, &to, sector << VHOST_BLK_SECTOR_SHIFT);
+		vhost_blk_rw(bvq, req, file, &to,
+			     sector << VHOST_BLK_SECTOR_SHIFT);
 		return true;
 	case VIRTIO_BLK_T_OUT:
 		if (iov_iter_count(&to) || !(file->f_mode & FMODE_WRITE) ||
@@ -1224,11 +1395,12 @@ static bool vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 			goto err;
 		if (!vhost_blk_write_trylock(file))
 			goto frozen;
-		vhost_blk_rw(req, file, &from, sector << VHOST_BLK_SECTOR_SHIFT);
+		vhost_blk_rw(bvq, req, file, &from,
+			     sector << VHOST_BLK_SECTOR_SHIFT);
 		return true;
 	case VIRTIO_BLK_T_FLUSH:
-		status = vfs_fsync(file, 0) ? VIRTIO_BLK_S_IOERR : VIRTIO_BLK_S_OK;
-		break;
+		vhost_blk_defer(bvq, req, file, type);
+		return true;
 	case VIRTIO_BLK_T_GET_ID:
 		n = min_t(size_t, iov_iter_count(&to), VHOST_BLK_SERIAL_LEN);
 		spin_lock(&blk->serial_lock);
@@ -1244,17 +1416,21 @@ static bool vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 		if (!(file->f_mode & FMODE_WRITE) || (file->f_flags & O_APPEND))
 			goto err;
 		/*
-		 * vfs_fallocate() and kernel_write() take freeze protection
-		 * themselves, and taking it twice could deadlock with a
-		 * freeze that starts in between: only look.  A freeze that
-		 * starts right after this is waited for.
+		 * vfs_fallocate() and vfs_iter_write() take freeze
+		 * protection themselves, and taking it twice could deadlock
+		 * with a freeze that starts in between: only look.  A freeze
+		 * that starts right after this is waited for by slow_work,
+		 * off the ring.
 		 */
 		if (!vhost_blk_write_trylock(file))
 			goto frozen;
 		vhost_blk_write_unlock(file);
-		status = vhost_blk_discard_zeroes(file, &from,
-						  type == VIRTIO_BLK_T_DISCARD);
-		break;
+		status = vhost_blk_get_segs(req, file, &from,
+					    type == VIRTIO_BLK_T_DISCARD);
+		if (status != VIRTIO_BLK_S_OK)
+			break;
+		vhost_blk_defer(bvq, req, file, type);
+		return true;
 	default:
 		status = VIRTIO_BLK_S_UNSUPP;
 		break;
@@ -2130,6 +2306,8 @@ static int vhost_blk_open(struct inode *inode, struct file *f)
 		init_llist_head(&blk->vqs[i].completed);
 		vhost_work_init(&blk->vqs[i].complete_work, vhost_blk_complete_work);
 		INIT_DELAYED_WORK(&blk->vqs[i].frozen_work, vhost_blk_frozen_retry);
+		init_llist_head(&blk->vqs[i].slow);
+		INIT_WORK(&blk->vqs[i].slow_work, vhost_blk_slow_work);
 	}
 	init_waitqueue_head(&blk->drain_wq);
 	spin_lock_init(&blk->serial_lock);
@@ -2142,23 +2320,26 @@ static int vhost_blk_open(struct inode *inode, struct file *f)
 	return 0;
 }
 
-static int vhost_blk_release(struct inode *inode, struct file *f)
+/*
+ * Drain a released device, its rings paused, and tear it down.  In the
+ * closing task, or on vhost_blk_wq for a release that found requests stuck
+ * on their backend.
+ */
+static void vhost_blk_destroy(struct vhost_blk *blk)
 {
-	struct vhost_blk *blk = f->private_data;
 	int i;
 
 	mutex_lock(&blk->dev.mutex);
-	/*
-	 * No one will answer an IOTLB miss any more: completions waiting for
-	 * one are dropped.  Run those that already wait, so they see it.
-	 */
-	WRITE_ONCE(blk->dying, true);
-	vhost_blk_pause(blk, false);
 	vhost_blk_drain(blk, false);
 	mutex_unlock(&blk->dev.mutex);
-	/* Paused rings schedule no more of it. */
-	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++)
+	/*
+	 * Paused rings schedule no more of either; slow_work may still be
+	 * returning from the request it finished last.
+	 */
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
 		cancel_delayed_work_sync(&blk->vqs[i].frozen_work);
+		flush_work(&blk->vqs[i].slow_work);
+	}
 	/*
 	 * Completions that returned the last requests may still be queueing
 	 * work: let them finish before the flush in vhost_dev_stop(), which
@@ -2172,6 +2353,58 @@ static int vhost_blk_release(struct inode *inode, struct file *f)
 	vhost_blk_reset_rings(blk);
 	kfree(blk->dev.vqs);
 	kvfree(blk);
+}
+
+static void vhost_blk_release_work(struct work_struct *work)
+{
+	vhost_blk_destroy(container_of(work, struct vhost_blk, release_work));
+}
+
+/*
+ * Wait up to @timeout for the paused rings to drain, dropping what rings
+ * without a worker completed: false when requests are still in flight.
+ */
+static bool vhost_blk_drain_within(struct vhost_blk *blk, unsigned long timeout)
+{
+	unsigned long end = jiffies + timeout;
+
+	for (;;) {
+		vhost_blk_reap(blk, false);
+		if (vhost_blk_idle(blk))
+			return true;
+		if (time_after_eq(jiffies, end))
+			return false;
+		/* Pairs with the wake_up()s that vhost_blk_drain() names. */
+		wait_event_timeout(blk->drain_wq, vhost_blk_idle(blk) ||
+				   vhost_blk_orphaned(blk), end - jiffies);
+	}
+}
+
+static int vhost_blk_release(struct inode *inode, struct file *f)
+{
+	struct vhost_blk *blk = f->private_data;
+
+	mutex_lock(&blk->dev.mutex);
+	/*
+	 * No one will answer an IOTLB miss any more: completions waiting for
+	 * one are dropped.  Run those that already wait, so they see it.
+	 */
+	WRITE_ONCE(blk->dying, true);
+	vhost_blk_pause(blk, false);
+	mutex_unlock(&blk->dev.mutex);
+	/*
+	 * The closing task is often a VMM being killed.  Requests stuck on
+	 * their backend (a suspended device mapper table, a dead NFS server)
+	 * must not keep it in D state: after a short wait, the device goes
+	 * on draining on vhost_blk_wq and is torn down there, as io_uring
+	 * does.  The backing file stays open until then.
+	 */
+	if (!vhost_blk_drain_within(blk, VHOST_BLK_RELEASE_WAIT)) {
+		INIT_WORK(&blk->release_work, vhost_blk_release_work);
+		queue_work(vhost_blk_wq, &blk->release_work);
+		return 0;
+	}
+	vhost_blk_destroy(blk);
 	return 0;
 }
 
@@ -2213,7 +2446,32 @@ static struct miscdevice vhost_blk_misc = {
 	.name	= "vhost-blk",
 	.fops	= &vhost_blk_fops,
 };
-module_misc_device(vhost_blk_misc);
+
+static int __init vhost_blk_init(void)
+{
+	int ret;
+
+	vhost_blk_wq = alloc_workqueue("vhost-blk", WQ_UNBOUND, 0);
+	if (!vhost_blk_wq)
+		return -ENOMEM;
+	ret = misc_register(&vhost_blk_misc);
+	if (ret)
+		goto err_destroy_wq;
+	return 0;
+
+err_destroy_wq:
+	destroy_workqueue(vhost_blk_wq);
+	return ret;
+}
+module_init(vhost_blk_init);
+
+static void __exit vhost_blk_exit(void)
+{
+	misc_deregister(&vhost_blk_misc);
+	/* Waits for releases still draining: see vhost_blk_release(). */
+	destroy_workqueue(vhost_blk_wq);
+}
+module_exit(vhost_blk_exit);
 
 MODULE_LICENSE("GPL");
 MODULE_DESCRIPTION("vhost-blk: in-kernel virtio-blk backend");

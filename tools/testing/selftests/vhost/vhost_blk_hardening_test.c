@@ -29,6 +29,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <grp.h>
 #include <pthread.h>
 #include <sched.h>
@@ -139,6 +140,7 @@ struct ctx {
 	/* slow null_blk */
 	const char *slow_nsec;	/* its completion time, SLOW_NSEC if NULL */
 	bool slow_big;		/* 8 GiB, no memory, no delay instead */
+	bool slow_cache;	/* a write cache: FLUSH reaches the device */
 	bool slow;
 	char slow_name[32];	/* its name in /dev and /sys/block */
 	/* ext4 on a loop device */
@@ -347,6 +349,7 @@ static int slow_nullb_create(struct ctx *c)
 		{ "memory_backed", c->slow_big ? "0" : "1" },
 		{ "irqmode", c->slow_big ? "0" : "2" },
 		{ "completion_nsec", c->slow_nsec ? c->slow_nsec : SLOW_NSEC },
+		{ "cache_size", c->slow_cache ? "16" : "0" },
 		{ "blocksize", "512" }, { "power", "1" },
 	};
 	char path[128], idx[16];
@@ -405,6 +408,38 @@ static int slow_wait_inflight_for(struct ctx *c, bool busy, unsigned int ms)
 static int slow_wait_in_flight(struct ctx *c)
 {
 	return slow_wait_inflight_for(c, true, 2000);
+}
+
+/*
+ * Wait up to 2 s for a FLUSH at the slow device, which its in-flight count
+ * leaves out: blk-mq's debugfs lists it among the busy requests.  0,
+ * -ETIMEDOUT, or -ENOENT without CONFIG_BLK_DEBUG_FS.
+ */
+static int slow_wait_flush(struct ctx *c)
+{
+	char pattern[96], buf[4096];
+	unsigned int i;
+	size_t j;
+	glob_t g;
+
+	if (access("/sys/kernel/debug/block", F_OK))
+		mount("debugfs", "/sys/kernel/debug", "debugfs", 0, NULL);
+	snprintf(pattern, sizeof(pattern), "/sys/kernel/debug/block/%s/hctx*/busy",
+		 c->slow_name);
+	if (glob(pattern, 0, NULL, &g))
+		return -ENOENT;
+	for (i = 0; i < 400; i++) {
+		for (j = 0; j < g.gl_pathc; j++) {
+			if (!read_str(g.gl_pathv[j], buf, sizeof(buf)) &&
+			    strstr(buf, ".op=FLUSH")) {
+				globfree(&g);
+				return 0;
+			}
+		}
+		usleep(5 * 1000);
+	}
+	globfree(&g);
+	return -ETIMEDOUT;
 }
 
 static int iotlb_msg(int fd, uint8_t type, uint64_t iova, uint64_t size, void *uaddr)
@@ -2851,6 +2886,83 @@ VHOST_TEST_F(hard, fatal_signal_ends_a_drain, 60)
 	EXPECT_GT(2.0, took) TH_LOG("the killed owner took %.2f s to die", took);
 	/* The release waits for the READ, for good. */
 	close(devfd);
+}
+
+/*
+ * 4. A FLUSH stalled at its backend (a configfs null_blk with a write
+ * cache, whose requests take 5 s) keeps the VMM neither waiting nor
+ * unkillable: VHOST_SET_VRING_CALL on its ring, from the VMM's main
+ * thread, returns at once, and the VMM, killed, dies at once, its last
+ * close of the device included.  The FLUSH then completes at the device
+ * and the device's release, left to a work item, ends: the kernel log
+ * stays clean.
+ */
+VHOST_TEST_F(hard, stalled_flush_leaves_the_vmm_killable, 60)
+{
+	struct ctx *c = &self->c;
+	double t0, took = -1, died;
+	int p[2], status, r;
+	struct pollfd pfd;
+	bool returned;
+	pid_t pid;
+
+	c->slow_nsec = "5000000000";
+	c->slow_cache = true;
+	r = slow_nullb_create(c);
+	if (r)
+		SKIP(return, "no configfs null_blk: %s", strerror(-r));
+	ASSERT_EQ(0, pipe(p));
+	pid = vmm_fork_tied();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		struct vhost_vring_file call;
+
+		close(p[0]);
+		if (blk_open(c, 1, 64, V1, 4 << 20) || vmm_blk_set_backend(&c->b, c->be))
+			_exit(1);
+		if (vmm_blk_post(&c->b, 0, VIRTIO_BLK_T_FLUSH, 0, NULL, 0, 0, false, NULL) < 0)
+			_exit(1);
+		vmm_vq_kick(&c->b.vq[0]);
+		/* The FLUSH is at the device. */
+		r = slow_wait_flush(c);
+		if (r)
+			_exit(r == -ENOENT ? 6 : 3);
+		call = (struct vhost_vring_file){ .index = 0, .fd = c->b.vq[0].call };
+		t0 = now_s();
+		if (ioctl(c->b.fd, VHOST_SET_VRING_CALL, &call))
+			_exit(4);
+		took = now_s() - t0;
+		if (write(p[1], &took, sizeof(took)) != sizeof(took))
+			_exit(5);
+		for (;;)
+			pause();
+	}
+	c->child = pid;		/* killed by the teardown on a failure */
+	close(p[1]);
+	pfd = (struct pollfd){ .fd = p[0], .events = POLLIN };
+	/* Up to 4 s: the FLUSH is still at the device then. */
+	returned = poll(&pfd, 1, 4000) == 1 &&
+		   read(p[0], &took, sizeof(took)) == sizeof(took);
+	close(p[0]);
+	t0 = now_s();
+	kill(pid, SIGKILL);
+	/* Bounded: a VMM in D state would hold up the whole suite. */
+	while ((r = waitpid(pid, &status, WNOHANG)) == 0 && now_s() - t0 < 15)
+		usleep(5 * 1000);
+	died = now_s() - t0;
+	ASSERT_EQ(pid, r);
+	c->child = 0;
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 6)
+		SKIP(return, "no blk-mq debugfs (CONFIG_BLK_DEBUG_FS) to see the FLUSH");
+	ASSERT_FALSE(WIFEXITED(status))
+		TH_LOG("the VMM failed to set up (%d)", WEXITSTATUS(status));
+	ASSERT_TRUE(returned) TH_LOG("VHOST_SET_VRING_CALL waited for the FLUSH");
+	TH_LOG("SET_VRING_CALL with the FLUSH in flight took %.3f s", took);
+	EXPECT_GT(1.0, took);
+	TH_LOG("the killed VMM died in %.3f s", died);
+	EXPECT_GT(1.0, died);
+	/* The FLUSH completes at the device; the release then ends. */
+	ASSERT_EQ(0, slow_wait_inflight_for(c, false, 10000));
 }
 
 /*
