@@ -27,10 +27,12 @@
  * (null_blk completes inline; an interrupt of the worker), is returned by
  * the handler itself once it has submitted the batch, without
  * a second pass through the worker (the ring's submitter).  Each ring gets a
- * worker of its own when it starts, unless the worker_pool module parameter
- * or the VMM (with the vhost worker ioctls) say otherwise, or the device is
- * in kthread mode (VHOST_SET_FORK_FROM_OWNER off), where the core makes no
- * new workers and every ring stays on the default one.
+ * worker of its own when its first kick is set (before the core sees the
+ * kick, so that rebinding costs no grace period; or, failing that, when it
+ * starts), unless the worker_pool module parameter or the VMM (with the
+ * vhost worker ioctls) say otherwise, or the device is in kthread mode
+ * (VHOST_SET_FORK_FROM_OWNER off), where the core makes no new workers and
+ * every ring stays on the default one.
  *
  * The fast path shares nothing between rings: a request lives in a slot its
  * ring allocated when it started (no allocation per request, unless its
@@ -2184,6 +2186,16 @@ static long vhost_blk_vring_ioctl(struct vhost_blk *blk, unsigned int ioctl,
 	 */
 	if (get_user(idx, (u32 __user *)argp))
 		return -EFAULT;
+	/*
+	 * A ring gets its worker before its first kick is installed: with
+	 * neither a kick nor a backend the core rebinds it without the grace
+	 * period and the flush that it owes work that may be queued on the
+	 * old worker.  Bound when it starts, every ring but the first cost a
+	 * 16-queue device a grace period per start, under dev.mutex.
+	 */
+	if (ioctl == VHOST_SET_VRING_KICK && idx < VHOST_BLK_MAX_QUEUES &&
+	    !blk->vqs[idx].vq.kick && !vhost_dev_check_owner(&blk->dev))
+		vhost_blk_apply_worker_policy(blk, idx);
 	r = vhost_vring_ioctl(&blk->dev, ioctl, argp);
 	if (r)
 		return r;

@@ -84,15 +84,27 @@ int vmm_blk_open_fork(struct vmm_blk *b, unsigned int nq, unsigned int qsize,
 	if (r)
 		return r;
 	for (q = 0; q < nq; q++) {
-		r = vmm_vq_init(&b->vmm, &b->vq[q], q, qsize);
-		if (!r)
-			r = vmm_vq_setup(&b->vq[q], b->fd);
-		if (!r)
-			r = blk_slots_init(b, q, qsize);
+		r = vmm_blk_add_ring(b, q, qsize);
 		if (r)
 			return r;
 	}
 	return 0;
+}
+
+int vmm_blk_add_ring(struct vmm_blk *b, unsigned int q, unsigned int qsize)
+{
+	int r;
+
+	if (q >= VHOST_BLK_MAX_QUEUES)
+		return -EINVAL;
+	r = vmm_vq_init(&b->vmm, &b->vq[q], q, qsize);
+	if (!r)
+		r = vmm_vq_setup(&b->vq[q], b->fd);
+	if (!r)
+		r = blk_slots_init(b, q, qsize);
+	if (!r && q >= b->nq)
+		b->nq = q + 1;
+	return r;
 }
 
 int vmm_blk_open_user(struct vmm_blk *b, const char *path, unsigned int nq,

@@ -37,6 +37,13 @@ struct vmm_blk {
 int vmm_blk_open(struct vmm_blk *b, unsigned int nq, unsigned int qsize,
 		 uint64_t features, size_t mem_size);
 /*
+ * Set up ring @q of an open device (its memory, NUM, BASE, ADDR, KICK,
+ * CALL and request slots), as vmm_blk_open() does for each of its rings;
+ * nq grows to take it.  vhost-blk gives a ring its worker when its kick is
+ * first set: the caller's.
+ */
+int vmm_blk_add_ring(struct vmm_blk *b, unsigned int q, unsigned int qsize);
+/*
  * vmm_blk_open() with VHOST_SET_FORK_FROM_OWNER @fork_owner before
  * VHOST_SET_OWNER (-1: not set).  -ENOTTY where the kernel has no such
  * control (before 6.17, or without CONFIG_VHOST_ENABLE_FORK_OWNER_CONTROL).

@@ -579,11 +579,11 @@ static const char *nproc_default_worker(void)
 }
 
 /*
- * Runs in a child: vhost-blk with two rings, opened and owned as root, then
- * NOBODY with RLIMIT_NPROC 1, which the process fills.  Starting the rings
- * (worker_pool 0: a worker per ring) would give ring 1 a worker of its own:
- * it is charged to the caller too, does not fit, and ring 1 stays on the
- * default worker and serves I/O there.
+ * Runs in a child: vhost-blk opened and owned as root, with ring 0, then
+ * NOBODY with RLIMIT_NPROC 1, which the process fills, sets up ring 1.  Its
+ * first kick (worker_pool 0: a worker per ring) would give it a worker of
+ * its own: it is charged to the caller too, does not fit, and ring 1 stays
+ * on the default worker and serves I/O there.
  */
 static const char *nproc_pool_worker(void)
 {
@@ -596,11 +596,13 @@ static const char *nproc_pool_worker(void)
 	back = memfd_create("vmq-backing", MFD_CLOEXEC);
 	if (back < 0 || ftruncate(back, 1 << 20))
 		return "memfd for the backend";
-	if (vmm_blk_open(&b, 2, 64, 1ULL << VIRTIO_F_VERSION_1, 4 << 20))
+	if (vmm_blk_open(&b, 1, 64, 1ULL << VIRTIO_F_VERSION_1, 4 << 20))
 		return "vmm_blk_open";
 	if (setrlimit(RLIMIT_NPROC, &rl) || setgroups(0, NULL) ||
 	    setresgid(NOBODY, NOBODY, NOBODY) || setresuid(NOBODY, NOBODY, NOBODY))
 		return "dropping to nobody";
+	if (vmm_blk_add_ring(&b, 1, 64))
+		return "setting up ring 1";
 	if (vmm_blk_set_backend(&b, back))
 		return "SET_BACKEND";
 	buf = vmm_alloc(&b.vmm, 4096, 4096);
