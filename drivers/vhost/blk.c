@@ -27,12 +27,10 @@
  * (null_blk completes inline; an interrupt of the worker), is returned by
  * the handler itself once it has submitted the batch, without
  * a second pass through the worker (the ring's submitter).  Each ring gets a
- * worker of its own when its first kick is set (before the core sees the
- * kick, so that rebinding costs no grace period; or, failing that, when it
- * starts), unless the worker_pool module parameter or the VMM (with the
- * vhost worker ioctls) say otherwise, or the device is in kthread mode
- * (VHOST_SET_FORK_FROM_OWNER off), where the core makes no new workers and
- * every ring stays on the default one.
+ * worker of its own when it starts, unless the worker_pool module parameter
+ * or the VMM (with the vhost worker ioctls) say otherwise, or the device is
+ * in kthread mode (VHOST_SET_FORK_FROM_OWNER off), where the core makes no
+ * new workers and every ring stays on the default one.
  *
  * The fast path shares nothing between rings: a request lives in a slot its
  * ring allocated when it started (no allocation per request, unless its
@@ -121,9 +119,10 @@
  * signals the error eventfd.
  */
 #include <linux/blkdev.h>
+#include <linux/cgroup.h>
 #include <linux/compat.h>
 #include <linux/cred.h>
-#include <linux/cgroup.h>
+#include <linux/debugfs.h>
 #include <linux/falloc.h>
 #include <linux/file.h>
 #include <linux/fs.h>
@@ -137,12 +136,14 @@
 #include <linux/mutex.h>
 #include <linux/nospec.h>
 #include <linux/pagemap.h>
+#include <linux/percpu.h>
 #include <linux/rcupdate.h>
 #include <linux/sched/clock.h>
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
 #include <linux/spinlock.h>
+#include <linux/task_io_accounting_ops.h>
 #include <linux/uio.h>
 #include <linux/vhost.h>
 #include <linux/virtio_blk.h>
@@ -194,6 +195,49 @@ MODULE_PARM_DESC(busyloop_timeout,
  * Destroyed, so drained, when the module goes.
  */
 static struct workqueue_struct *vhost_blk_wq;
+
+#ifdef CONFIG_DEBUG_FS
+/*
+ * Requests the bio path took (vhost_blk_bio_rw()), per CPU so that rings
+ * share no cache line for it: debugfs vhost-blk/bio_requests shows the sum,
+ * for tests that must know which path served them.
+ */
+static DEFINE_PER_CPU(unsigned long, vhost_blk_bio_requests);
+static struct dentry *vhost_blk_debugfs;
+
+static void vhost_blk_count_bio(void)
+{
+	this_cpu_inc(vhost_blk_bio_requests);
+}
+
+static int vhost_blk_bio_requests_get(void *data, u64 *val)
+{
+	int cpu;
+
+	*val = 0;
+	for_each_possible_cpu(cpu)
+		*val += per_cpu(vhost_blk_bio_requests, cpu);
+	return 0;
+}
+DEFINE_DEBUGFS_ATTRIBUTE(vhost_blk_bio_requests_fops,
+			 vhost_blk_bio_requests_get, NULL, "%llu\n");
+
+static void vhost_blk_debugfs_init(void)
+{
+	vhost_blk_debugfs = debugfs_create_dir("vhost-blk", NULL);
+	debugfs_create_file_unsafe("bio_requests", 0400, vhost_blk_debugfs,
+				   NULL, &vhost_blk_bio_requests_fops);
+}
+
+static void vhost_blk_debugfs_exit(void)
+{
+	debugfs_remove_recursive(vhost_blk_debugfs);
+}
+#else
+static void vhost_blk_count_bio(void) { }
+static void vhost_blk_debugfs_init(void) { }
+static void vhost_blk_debugfs_exit(void) { }
+#endif
 
 static const int vhost_blk_bits[] = {
 	VHOST_FEATURES,
@@ -1062,13 +1106,17 @@ static bool vhost_blk_bio_rw(struct vhost_blk_req *req, struct file *file,
 		bio_put(bio);
 		return false;
 	}
-	if (!req->is_read)
+	if (!req->is_read) {
 		req->invalidate = true;
-	else if (!vhost_blk_pages_dirty(bio))
+		/* As the kiocb path: submit_bio() accounts only reads. */
+		task_io_account_write(bio->bi_iter.bi_size);
+	} else if (!vhost_blk_pages_dirty(bio)) {
 		/* As bio_set_pages_dirty(), without locking pages already dirty. */
 		bio_set_pages_dirty(bio);
+	}
 	req->file = file;
 	req->pos = pos;
+	vhost_blk_count_bio();
 	submit_bio(bio);
 	return true;
 }
@@ -2186,16 +2234,6 @@ static long vhost_blk_vring_ioctl(struct vhost_blk *blk, unsigned int ioctl,
 	 */
 	if (get_user(idx, (u32 __user *)argp))
 		return -EFAULT;
-	/*
-	 * A ring gets its worker before its first kick is installed: with
-	 * neither a kick nor a backend the core rebinds it without the grace
-	 * period and the flush that it owes work that may be queued on the
-	 * old worker.  Bound when it starts, every ring but the first cost a
-	 * 16-queue device a grace period per start, under dev.mutex.
-	 */
-	if (ioctl == VHOST_SET_VRING_KICK && idx < VHOST_BLK_MAX_QUEUES &&
-	    !blk->vqs[idx].vq.kick && !vhost_dev_check_owner(&blk->dev))
-		vhost_blk_apply_worker_policy(blk, idx);
 	r = vhost_vring_ioctl(&blk->dev, ioctl, argp);
 	if (r)
 		return r;
@@ -2469,6 +2507,7 @@ static int __init vhost_blk_init(void)
 	ret = misc_register(&vhost_blk_misc);
 	if (ret)
 		goto err_destroy_wq;
+	vhost_blk_debugfs_init();
 	return 0;
 
 err_destroy_wq:
@@ -2479,6 +2518,7 @@ module_init(vhost_blk_init);
 
 static void __exit vhost_blk_exit(void)
 {
+	vhost_blk_debugfs_exit();
 	misc_deregister(&vhost_blk_misc);
 	/* Waits for releases still draining: see vhost_blk_release(). */
 	destroy_workqueue(vhost_blk_wq);

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 
 #include "../kselftest_harness.h"
 #include "vhost_test.h"
@@ -103,6 +104,7 @@ FIXTURE(dev) {
 	struct vmm_blk b;
 	int img;
 	void *buf;
+	long busyloop_saved;	/* the module parameter, to restore, or -1 */
 };
 
 FIXTURE_SETUP(dev)
@@ -110,6 +112,7 @@ FIXTURE_SETUP(dev)
 	const char *why = vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK");
 
 	self->img = -1;
+	self->busyloop_saved = -1;
 	if (why)
 		VHOST_SKIP(return, "%s", why);
 	self->img = make_image();
@@ -122,6 +125,12 @@ FIXTURE_SETUP(dev)
 
 FIXTURE_TEARDOWN(dev)
 {
+	char val[32];
+
+	if (self->busyloop_saved >= 0) {
+		snprintf(val, sizeof(val), "%ld", self->busyloop_saved);
+		param_write("busyloop_timeout", val);
+	}
 	if (self->img < 0)
 		return;
 	vmm_blk_close(&self->b);
@@ -169,6 +178,32 @@ VHOST_TEST_F(dev, busyloop_timeout_ioctls, 30)
 	ASSERT_EQ(0, ioctl(self->b.fd, VHOST_SET_OWNER, NULL));
 	ASSERT_EQ(0, get_busyloop(self->b.fd, 0, &us));
 	EXPECT_EQ(def >= 0 ? def : 0, us);
+	/* At most VHOST_BLK_MAX_BUSYLOOP_TIMEOUT, set or inherited. */
+	EXPECT_EQ(-1, set_busyloop(self->b.fd, 0, VHOST_BLK_MAX_BUSYLOOP_TIMEOUT + 1));
+	EXPECT_EQ(EINVAL, errno);
+	ASSERT_EQ(0, set_busyloop(self->b.fd, 0, VHOST_BLK_MAX_BUSYLOOP_TIMEOUT));
+	if (def < 0)
+		return;
+	/*
+	 * A non-zero module parameter is what new and reset devices start
+	 * with; one over the maximum gives them the maximum.
+	 */
+	self->busyloop_saved = def;
+	ASSERT_EQ(0, param_write("busyloop_timeout", "30"));
+	other = open("/dev/vhost-blk", O_RDWR);
+	ASSERT_LE(0, other);
+	ASSERT_EQ(0, ioctl(other, VHOST_SET_OWNER, NULL));
+	EXPECT_EQ(0, get_busyloop(other, 3, &us));
+	EXPECT_EQ(30, us);
+	ASSERT_EQ(0, param_write("busyloop_timeout", "20000"));
+	ASSERT_EQ(0, ioctl(self->b.fd, VHOST_RESET_OWNER, NULL));
+	ASSERT_EQ(0, ioctl(self->b.fd, VHOST_SET_OWNER, NULL));
+	EXPECT_EQ(0, get_busyloop(self->b.fd, 0, &us));
+	EXPECT_EQ(VHOST_BLK_MAX_BUSYLOOP_TIMEOUT, us);
+	/* Rings already open keep theirs. */
+	EXPECT_EQ(0, get_busyloop(other, 3, &us));
+	EXPECT_EQ(30, us);
+	close(other);
 }
 
 /* Run @tid on CPU @cpu only (best effort: fewer CPUs, or not allowed). */
@@ -316,8 +351,30 @@ VHOST_TEST_F(dev, long_chains_then_short, 30)
 }
 
 /*
+ * Requests the bio path took so far (debugfs vhost-blk/bio_requests), or -1
+ * without debugfs.
+ */
+static long bio_requests(void)
+{
+	const char *path = "/sys/kernel/debug/vhost-blk/bio_requests";
+	char buf[32];
+	FILE *f;
+	long n;
+
+	if (access(path, F_OK))
+		mount("debugfs", "/sys/kernel/debug", "debugfs", 0, NULL);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	n = fgets(buf, sizeof(buf), f) ? strtol(buf, NULL, 10) : -1;
+	fclose(f);
+	return n;
+}
+
+/*
  * The bio path (bio_submit=1, block devices opened O_DIRECT) and the kiocb
- * path serve the same data: each reads what the other wrote, on the same
+ * path serve the same data (each request counted on the path it was meant
+ * to take, where debugfs shows the bio path's count): each reads what the other wrote, on the same
  * memory-backed null_blk; a buffer not aligned for the device's DMA fails
  * the same way on both; and a buffered backend of the same device sees
  * what the bio path wrote, and the other way round.
@@ -325,7 +382,7 @@ VHOST_TEST_F(dev, long_chains_then_short, 30)
 TEST(bio_and_kiocb_paths_agree)
 {
 	const char *why = vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK");
-	long saved = param_read("bio_submit");
+	long saved = param_read("bio_submit"), bios;
 	unsigned char *want;
 	struct vmm_blk b;
 	int dev, buffered, i;
@@ -352,12 +409,19 @@ TEST(bio_and_kiocb_paths_agree)
 		ASSERT_EQ(0, param_write("bio_submit", i & 1 ? "0" : "1"));
 		fill(buf, 65536, 10 + i);
 		memcpy(want, buf, 65536);
+		bios = bio_requests();
 		ASSERT_EQ(VIRTIO_BLK_S_OK,
 			  vmm_blk_do(&b, 0, VIRTIO_BLK_T_OUT, 2048 + 128 * i, buf, 65536));
+		/* Each went the path it was meant to (the counter, if any). */
+		if (bios >= 0)
+			EXPECT_EQ(bios + !(i & 1), bio_requests()) TH_LOG("write, round %d", i);
 		ASSERT_EQ(0, param_write("bio_submit", i & 1 ? "1" : "0"));
 		memset(buf, 0, 65536);
+		bios = bio_requests();
 		ASSERT_EQ(VIRTIO_BLK_S_OK,
 			  vmm_blk_do(&b, 0, VIRTIO_BLK_T_IN, 2048 + 128 * i, buf, 65536));
+		if (bios >= 0)
+			EXPECT_EQ(bios + (i & 1), bio_requests()) TH_LOG("read, round %d", i);
 		EXPECT_EQ(0, memcmp(want, buf, 65536)) TH_LOG("round %d", i);
 		/*
 		 * Memory not aligned for the device's DMA: an error either

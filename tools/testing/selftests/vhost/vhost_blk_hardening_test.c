@@ -1329,7 +1329,7 @@ static int start_rings_elsewhere(void *arg)
 		s->cg_err = errno ?: EIO;
 	if (fd >= 0)
 		close(fd);
-	/* Rings 1 and up: a ring gets its worker when its kick is set. */
+	/* Rings 1 and up, set up here too. */
 	for (q = 1; q < s->nq && !r; q++)
 		r = vmm_blk_add_ring(s->b, q, 64);
 	s->setup_err = r < 0 ? -r : r;
@@ -1341,9 +1341,8 @@ static int start_rings_elsewhere(void *arg)
 }
 
 /*
- * 9. The rings are set up and started (and so get their workers, when
- * their kicks are set) by another process that shares the owner's mm, in
- * another cgroup, as a VMM's vCPU thread might: every worker still carries
+ * 9. The rings are set up and started (and so get their workers) by
+ * another process that shares the owner's mm, in another cgroup, as a VMM's vCPU thread might: every worker still carries
  * the owner's name.  Each is in the cgroups of the thread that made it, as
  * a thread it forked would be (what mainline's workers are): the default
  * worker in the owner's, the ring workers in the child's, which holds
@@ -3168,66 +3167,6 @@ VHOST_TEST_F(hard, stalled_flush_leaves_the_vmm_killable, 60)
 	EXPECT_GT(1.0, died);
 	/* The FLUSH completes at the device; the release then ends. */
 	ASSERT_EQ(0, slow_wait_inflight_for(c, false, 10000));
-}
-
-/*
- * 5. Starting a 16-queue device costs no grace period per ring.  Each ring
- * gets its worker (worker_pool=0: one of its own) when its first kick is
- * set, before the core sees the kick, so the core rebinds it without the
- * grace period and the flush it owes a ring with a kick or a backend:
- * bound at SET_BACKEND instead, every ring but the first cost one (15).
- * The detach that follows (SET_BACKEND -1) waits for one grace period and
- * flushes the workers: the attach of 16 armed rings must take less than
- * three times as long.
- */
-VHOST_TEST_F(hard, start_of_16_rings_waits_for_no_grace_period, 60)
-{
-	const char *why = vhost_nullb_unusable(false, false);
-	struct ctx *c = &self->c;
-	double t0, took, gp;
-	unsigned int q, ids[16];
-	int i;
-
-	if (why)
-		SKIP(return, "%s", why);
-	if (read_str(WORKER_POOL, c->worker_pool, sizeof(c->worker_pool)))
-		SKIP(return, "%s missing", WORKER_POOL);
-	if (!atoi(c->worker_pool))
-		c->worker_pool[0] = 0;	/* nothing to restore */
-	else
-		ASSERT_EQ(0, write_str(WORKER_POOL, "0"));
-	c->be = open(NULLB0, O_RDWR | O_DIRECT);
-	ASSERT_LE(0, c->be);
-	ASSERT_EQ(0, blk_open(c, 16, 64, V1, 4 << 20));
-	/* Every ring set up, kick included: each on its own worker already. */
-	for (q = 0; q < 16; q++) {
-		struct vhost_vring_worker w = { .index = q };
-
-		ASSERT_EQ(0, ioctl(c->b.fd, VHOST_GET_VRING_WORKER, &w));
-		ids[q] = w.worker_id;
-		for (i = 0; i < (int)q; i++)
-			EXPECT_NE(ids[i], ids[q])
-				TH_LOG("rings %d and %u share a worker before the start", i, q);
-	}
-	t0 = now_s();
-	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
-	took = now_s() - t0;
-	for (q = 0; q < 16; q++) {
-		struct vhost_vring_worker w = { .index = q };
-		void *buf = vmm_alloc(&c->b.vmm, 4096, 4096);
-
-		ASSERT_NE(NULL, buf);
-		EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&c->b, q, VIRTIO_BLK_T_IN, q * 8, buf, 4096))
-			TH_LOG("ring %u does not serve I/O", q);
-		ASSERT_EQ(0, ioctl(c->b.fd, VHOST_GET_VRING_WORKER, &w));
-		EXPECT_EQ(ids[q], w.worker_id) TH_LOG("ring %u was bound again at the start", q);
-	}
-	t0 = now_s();
-	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, -1));
-	gp = now_s() - t0;
-	TH_LOG("SET_BACKEND with 16 armed rings took %.1f ms, the detach %.1f ms",
-	       took * 1e3, gp * 1e3);
-	EXPECT_GT(3 * gp, took);
 }
 
 /*

@@ -39,8 +39,7 @@ int vmm_blk_open(struct vmm_blk *b, unsigned int nq, unsigned int qsize,
 /*
  * Set up ring @q of an open device (its memory, NUM, BASE, ADDR, KICK,
  * CALL and request slots), as vmm_blk_open() does for each of its rings;
- * nq grows to take it.  vhost-blk gives a ring its worker when its kick is
- * first set: the caller's.
+ * nq grows to take it.
  */
 int vmm_blk_add_ring(struct vmm_blk *b, unsigned int q, unsigned int qsize);
 /*

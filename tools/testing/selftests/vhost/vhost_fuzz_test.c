@@ -11,9 +11,11 @@
  * complete with.
  *
  * FUZZ_SECONDS (default 120) is the time of the whole binary, split between
- * its tests (two thirds to vhost-blk).  FUZZ_SEED (default: from the clock)
- * seeds an xorshift64* generator: the same seed replays the same sequence,
- * as far as timing allows.  Every failure names the seed and the step and
+ * its tests (two thirds to vhost-blk).  A seed feeds an xorshift64*
+ * generator: the same seed replays the same sequence, as far as timing
+ * allows.  Each device runs twice, with a fixed seed (the same sequence on
+ * every run) and with one from the clock, both printed; FUZZ_SEED sets
+ * both.  A run of the default length must reach FZ_MIN_STEPS.  Every failure names the seed and the step and
  * is followed by the last FZ_TLINES events; FUZZ_TRACE=1 prints every event
  * as it happens (on stderr).
  *
@@ -77,6 +79,8 @@
 #define FZ_DEF_SECONDS	120		/* FUZZ_SECONDS default, whole binary */
 #define FZ_TIMEOUT_MS	10000		/* a healthy ring returns chains by then */
 #define FZ_KMSG_EVERY	512		/* steps between kernel log checks */
+/* Steps a run of FZ_DEF_SECONDS must reach (about 10000 under TCG). */
+#define FZ_MIN_STEPS	1000
 
 #define FZ_NDRV		4		/* rings the driver posts on */
 #define FZ_MAXQ		256		/* largest ring the driver lays out */
@@ -3540,13 +3544,19 @@ static void fz_step(struct fuzz *f)
 	}
 }
 
-static __u64 fz_seed(void)
+/*
+ * FUZZ_SEED if set (a replay), else @fixed if not 0, else one from the
+ * clock.
+ */
+static __u64 fz_seed(__u64 fixed)
 {
 	const char *s = getenv("FUZZ_SEED");
 	struct timespec t;
 
 	if (s && *s)
 		return strtoull(s, NULL, 0);
+	if (fixed)
+		return fixed;
 	clock_gettime(CLOCK_REALTIME, &t);
 	return (__u64)t.tv_sec * 1000000007ULL ^ t.tv_nsec ^ ((__u64)getpid() << 32);
 }
@@ -3570,11 +3580,20 @@ FIXTURE(fuzz) {
 
 FIXTURE_VARIANT(fuzz) {
 	int type;
-	unsigned int share;
+	unsigned int share;	/* of FZ_SHARES */
+	__u64 seed;		/* 0: a new one each run, printed */
 };
 
-/* vhost-blk gets two thirds of the time, vhost-net one. */
+/*
+ * vhost-blk gets two thirds of the time, vhost-net one; each half of it
+ * with a fixed seed, the same sequence every run, and half with a new one.
+ */
+#define FZ_SHARES	6
+FIXTURE_VARIANT_ADD(fuzz, blk_fixed) { .type = FZ_BLK, .share = 2,
+				       .seed = 0x766d712d626c6bULL };
 FIXTURE_VARIANT_ADD(fuzz, blk) { .type = FZ_BLK, .share = 2 };
+FIXTURE_VARIANT_ADD(fuzz, net_fixed) { .type = FZ_NET, .share = 1,
+				       .seed = 0x766d712d6e6574ULL };
 FIXTURE_VARIANT_ADD(fuzz, net) { .type = FZ_NET, .share = 1 };
 
 static int fz_blk_stores(struct fuzz *f)
@@ -3652,15 +3671,16 @@ FIXTURE_SETUP(fuzz)
 		f->bfd[i] = -1;
 	f->nvqs = f->type == FZ_BLK ? VHOST_BLK_MAX_QUEUES : 2;
 	f->ndrv = f->type == FZ_BLK ? FZ_NDRV : 2;
-	f->seed = fz_seed();
+	f->seed = fz_seed(variant->seed);
 	f->trace = getenv("FUZZ_TRACE") && *getenv("FUZZ_TRACE");
 	f->rng = f->seed ^ (f->type == FZ_BLK ? 0x626c6bULL : 0x6e6574ULL);
 	f->rng = fz_splitmix(&f->rng) | 1;
 	clock_gettime(CLOCK_MONOTONIC, &f->end);
-	f->end.tv_sec += fz_seconds(variant->share, 3);
+	f->end.tv_sec += fz_seconds(variant->share, FZ_SHARES);
 	ksft_print_msg("seed %llu (replay: FUZZ_SEED=%llu)\n",
 		       (unsigned long long)f->seed, (unsigned long long)f->seed);
-	ksft_print_msg("%s: fuzzing for %u s\n", f->name, fz_seconds(variant->share, 3));
+	ksft_print_msg("%s: fuzzing for %u s\n", f->name,
+		       fz_seconds(variant->share, FZ_SHARES));
 	/* The harness ends the test child with _exit(): flush as we go. */
 	fflush(stdout);
 	fz_kmsg_open(f);
@@ -3813,6 +3833,10 @@ VHOST_TEST_F(fuzz, run, FZ_TEST_TIMEOUT)
 		       f->name, f->nmust);
 	ksft_print_msg("%s: odd memory tables %lu taken, %lu refused\n",
 		       f->name, f->nbogus_ok, f->nbogus_err);
+	/* A run that hardly ran tested nothing: a floor, a tenth of usual. */
+	if (fz_seconds(1, 1) == FZ_DEF_SECONDS)
+		EXPECT_LE(FZ_MIN_STEPS, f->step)
+			TH_LOG("%s: only %lu steps", f->name, f->step);
 	fflush(stdout);
 }
 

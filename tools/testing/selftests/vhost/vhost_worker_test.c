@@ -580,10 +580,10 @@ static const char *nproc_default_worker(void)
 
 /*
  * Runs in a child: vhost-blk opened and owned as root, with ring 0, then
- * NOBODY with RLIMIT_NPROC 1, which the process fills, sets up ring 1.  Its
- * first kick (worker_pool 0: a worker per ring) would give it a worker of
- * its own: it is charged to the caller too, does not fit, and ring 1 stays
- * on the default worker and serves I/O there.
+ * NOBODY with RLIMIT_NPROC 1, which the process fills, sets up ring 1 and
+ * starts the rings.  The start (worker_pool 0: a worker per ring) would
+ * give ring 1 a worker of its own: it is charged to the caller too, does
+ * not fit, and ring 1 stays on the default worker and serves I/O there.
  */
 static const char *nproc_pool_worker(void)
 {
