@@ -212,11 +212,12 @@ static void vhost_blk_count_bio(void)
 
 static int vhost_blk_bio_requests_get(void *data, u64 *val)
 {
+	u64 sum = 0;
 	int cpu;
 
-	*val = 0;
 	for_each_possible_cpu(cpu)
-		*val += per_cpu(vhost_blk_bio_requests, cpu);
+		sum += per_cpu(vhost_blk_bio_requests, cpu);
+	*val = sum;
 	return 0;
 }
 DEFINE_DEBUGFS_ATTRIBUTE(vhost_blk_bio_requests_fops,

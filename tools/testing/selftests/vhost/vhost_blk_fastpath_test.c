@@ -354,9 +354,11 @@ VHOST_TEST_F(dev, long_chains_then_short, 30)
  * Requests the bio path took so far (debugfs vhost-blk/bio_requests), or -1
  * without debugfs.
  */
+#define BIO_REQUESTS	"/sys/kernel/debug/vhost-blk/bio_requests"
+
 static long bio_requests(void)
 {
-	const char *path = "/sys/kernel/debug/vhost-blk/bio_requests";
+	const char *path = BIO_REQUESTS;
 	char buf[32];
 	FILE *f;
 	long n;

@@ -1342,11 +1342,12 @@ static int start_rings_elsewhere(void *arg)
 
 /*
  * 9. The rings are set up and started (and so get their workers) by
- * another process that shares the owner's mm, in another cgroup, as a VMM's vCPU thread might: every worker still carries
- * the owner's name.  Each is in the cgroups of the thread that made it, as
- * a thread it forked would be (what mainline's workers are): the default
- * worker in the owner's, the ring workers in the child's, which holds
- * nothing else once the child is gone.
+ * another process that shares the owner's mm, in another cgroup, as a
+ * VMM's vCPU thread might: every worker still carries the owner's name.
+ * Each is in the cgroups of the thread that made it, as a thread it forked
+ * would be (what mainline's workers are): the default worker in the
+ * owner's, the ring workers in the child's, which holds nothing else once
+ * the child is gone.
  *
  * On mainline a worker is a thread of the process that made it: the ring
  * workers are threads of the child, named after it, in its cgroup, and they

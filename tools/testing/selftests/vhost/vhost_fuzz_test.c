@@ -15,9 +15,10 @@
  * generator: the same seed replays the same sequence, as far as timing
  * allows.  Each device runs twice, with a fixed seed (the same sequence on
  * every run) and with one from the clock, both printed; FUZZ_SEED sets
- * both.  A run of the default length must reach FZ_MIN_STEPS.  Every failure names the seed and the step and
- * is followed by the last FZ_TLINES events; FUZZ_TRACE=1 prints every event
- * as it happens (on stderr).
+ * both.  A run of the default length must reach FZ_MIN_STEPS.  Every
+ * failure names the seed and the step and is followed by the last
+ * FZ_TLINES events; FUZZ_TRACE=1 prints every event as it happens (on
+ * stderr).
  *
  * Invariants:
  * - a chain comes back at most once, and only a chain that was posted does;
