@@ -13,20 +13,22 @@
  * direct reads and writes as kiocbs against the backing file (asynchronous
  * direct I/O when the file was opened O_DIRECT), or, for a block device
  * opened O_DIRECT, as a bio straight to the device (the bio_submit module
- * parameter); GET_ID at once.  The worker does not wait for them (it does on
- * the bio path for the writeback of cached pages of the range).  What may
- * wait for the backend for long (FLUSH, DISCARD, WRITE_ZEROES, page-cache
- * reads and writes) goes to the ring's slow_work on an unbound workqueue,
- * in the owner's mm, credentials and cgroups, so that a stalled backend
- * holds neither the ring's mutex nor its worker.  Completions, which may
- * run in interrupt context, only put the request on the ring's completion
- * list and queue the ring's complete_work, which then writes the status
- * bytes, fills the used ring, logs dirty pages and signals the guest once
- * for the whole batch, again on the ring's worker.  A request that
- * completes while the handler is still submitting, in its own task
- * (null_blk completes inline; an interrupt of the worker), is returned by
- * the handler itself once it has submitted the batch, without
- * a second pass through the worker (the ring's submitter).  Each ring gets a
+ * parameter), page-cache reads and writes as synchronous kiocbs; GET_ID at
+ * once.  The worker does not wait for direct I/O (it does on the bio path
+ * for the writeback of cached pages of the range, and for page-cache I/O,
+ * which completes within its submission).  What may wait for the backend
+ * for long (FLUSH, DISCARD, WRITE_ZEROES) goes to the ring's slow_work on an
+ * unbound workqueue, in the owner's mm, credentials and cgroups, so that a
+ * stalled backend holds neither the ring's mutex nor its worker (page-cache
+ * I/O on a stalled backend still does).  Completions, which may run in
+ * interrupt context, only put the request on the ring's completion list and
+ * queue the ring's complete_work, which then writes the status bytes, fills
+ * the used ring, logs dirty pages and signals the guest once for the whole
+ * batch, again on the ring's worker.  A request that completes while the
+ * handler is still submitting, in its own task (null_blk and page-cache I/O
+ * complete inline; an interrupt of the worker), is returned by the handler
+ * itself once it has submitted the batch, without a second pass through the
+ * worker (the ring's submitter).  Each ring gets a
  * worker of its own when it starts, unless the worker_pool module parameter
  * or the VMM (with the vhost worker ioctls) say otherwise, or the device is
  * in kthread mode (VHOST_SET_FORK_FROM_OWNER off), where the core makes no
@@ -278,8 +280,8 @@ struct vhost_blk_vq {
 	/* Returns completed requests to the guest, on the ring's worker. */
 	struct vhost_work complete_work;
 	/*
-	 * Requests that may wait for their backend for long: FLUSH, DISCARD,
-	 * WRITE_ZEROES and page-cache reads and writes.  The handler puts
+	 * Requests that may wait for their backend for long: FLUSH, DISCARD
+	 * and WRITE_ZEROES.  The handler puts
 	 * them here and slow_work serves them in order on vhost_blk_wq,
 	 * holding neither vq.mutex nor the ring's worker, so that a stalled
 	 * backend keeps no VMM ioctl, and no exit of the owner, waiting.  The
@@ -403,7 +405,6 @@ struct vhost_blk_req {
 	u32 type;			/* VIRTIO_BLK_T_* */
 	unsigned int nseg;		/* DISCARD, WRITE_ZEROES: in segs */
 	struct virtio_blk_discard_write_zeroes segs[VHOST_BLK_MAX_DISCARD_SEG];
-	struct iov_iter iter;		/* page-cache IN, OUT: the data */
 	struct cgroup_subsys_state *blkcg, *memcg; /* the worker's */
 	struct iovec *iov;		/* the chain, out then in */
 	struct iovec inline_iov[VHOST_BLK_INLINE_IOVS];
@@ -1177,7 +1178,6 @@ static void vhost_blk_slow_one(struct vhost_blk_req *req, struct mm_struct *mm,
 {
 	struct mem_cgroup *old_memcg = NULL;
 	const struct cred *old_cred;
-	ssize_t ret = 0;
 	u8 status = VIRTIO_BLK_S_OK;
 
 	kthread_use_mm(mm);
@@ -1189,12 +1189,6 @@ static void vhost_blk_slow_one(struct vhost_blk_req *req, struct mm_struct *mm,
 		old_memcg = set_active_memcg(mem_cgroup_from_css(req->memcg));
 #endif
 	switch (req->type) {
-	case VIRTIO_BLK_T_IN:
-		ret = vfs_iocb_iter_read(req->file, &req->iocb, &req->iter);
-		break;
-	case VIRTIO_BLK_T_OUT:
-		ret = vhost_blk_write_iter(req->file, &req->iocb, &req->iter);
-		break;
 	case VIRTIO_BLK_T_FLUSH:
 		if (vfs_fsync(req->file, 0))
 			status = VIRTIO_BLK_S_IOERR;
@@ -1219,10 +1213,7 @@ static void vhost_blk_slow_one(struct vhost_blk_req *req, struct mm_struct *mm,
 	 * Last: once done, the request may be returned and the device, its
 	 * mm reference and the ring's credentials go (a drain waits for it).
 	 */
-	if (req->type == VIRTIO_BLK_T_IN || req->type == VIRTIO_BLK_T_OUT)
-		vhost_blk_rw_complete(&req->iocb, ret);
-	else
-		vhost_blk_req_done(req, status);
+	vhost_blk_req_done(req, status);
 }
 
 /*
@@ -1253,11 +1244,10 @@ static void vhost_blk_slow_work(struct work_struct *work)
 /*
  * Submit a read or a write; completes through vhost_blk_rw_complete().
  * Direct I/O is asynchronous: the worker does not wait for it.  Page-cache
- * I/O completes within its submission, and may wait for the device for
- * long (a read that misses, dirty throttling): slow_work submits it.
+ * I/O completes within its submission, on the worker.
  */
-static void vhost_blk_rw(struct vhost_blk_vq *bvq, struct vhost_blk_req *req,
-			 struct file *file, struct iov_iter *iter, loff_t pos)
+static void vhost_blk_rw(struct vhost_blk_req *req, struct file *file,
+			 struct iov_iter *iter, loff_t pos)
 {
 	ssize_t ret;
 
@@ -1266,7 +1256,6 @@ static void vhost_blk_rw(struct vhost_blk_vq *bvq, struct vhost_blk_req *req,
 	    (READ_ONCE(file->f_flags) & O_DIRECT) &&
 	    vhost_blk_bio_rw(req, file, iter, pos))
 		return;
-	/* Here, on the worker: the kiocb takes the submitter's ioprio. */
 	init_sync_kiocb(&req->iocb, file);
 	req->iocb.ki_pos = pos;
 	if (req->iocb.ki_flags & IOCB_DIRECT)
@@ -1287,13 +1276,6 @@ static void vhost_blk_rw(struct vhost_blk_vq *bvq, struct vhost_blk_req *req,
 			vhost_blk_rw_complete(&req->iocb, -EINVAL);
 			return;
 		}
-	}
-	if (!(req->iocb.ki_flags & IOCB_DIRECT)) {
-		/* The iovecs are the request's own copy: the iterator holds. */
-		req->iter = *iter;
-		vhost_blk_defer(bvq, req, file, req->is_read ?
-				VIRTIO_BLK_T_IN : VIRTIO_BLK_T_OUT);
-		return;
 	}
 	if (req->is_read)
 		ret = vfs_iocb_iter_read(file, &req->iocb, iter);
@@ -1436,8 +1418,7 @@ static bool vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 		    !vhost_blk_range_ok(file, sector, iov_iter_count(&to)))
 			goto err;
 		req->is_read = true;
-		vhost_blk_rw(bvq, req, file, &to,
-			     sector << VHOST_BLK_SECTOR_SHIFT);
+		vhost_blk_rw(req, file, &to, sector << VHOST_BLK_SECTOR_SHIFT);
 		return true;
 	case VIRTIO_BLK_T_OUT:
 		if (iov_iter_count(&to) || !(file->f_mode & FMODE_WRITE) ||
@@ -1446,8 +1427,7 @@ static bool vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 			goto err;
 		if (!vhost_blk_write_trylock(file))
 			goto frozen;
-		vhost_blk_rw(bvq, req, file, &from,
-			     sector << VHOST_BLK_SECTOR_SHIFT);
+		vhost_blk_rw(req, file, &from, sector << VHOST_BLK_SECTOR_SHIFT);
 		return true;
 	case VIRTIO_BLK_T_FLUSH:
 		vhost_blk_defer(bvq, req, file, type);
