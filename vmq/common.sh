@@ -147,6 +147,45 @@ vmq_apt_suite() {
 	fi
 }
 
+# vmq_apt_src APTDIR: a private apt configuration in APTDIR with a deb-src
+# entry for every "Types: deb" stanza of the machine's deb822 sources (and
+# every "deb" line of a one-line sources.list) that points at a Debian
+# archive; its own lists (fetched when missing or a week old) and cache;
+# /etc/apt untouched.  Sets VMQ_APT to the apt-get options that use it.
+vmq_apt_src() {
+	local aptdir=$1 f
+
+	VMQ_APT=(-o "Dir::Etc::SourceList=$aptdir/sources.list"
+		 -o "Dir::Etc::SourceParts=$aptdir/sources.list.d"
+		 -o "Dir::State::Lists=$aptdir/lists" -o "Dir::Cache=$aptdir/cache")
+	mkdir -p "$aptdir/sources.list.d" "$aptdir/lists/partial" "$aptdir/cache/archives/partial"
+	# fd 7: APTDIR/.lock, held while the lists are written.
+	exec 7>"$aptdir/.lock"
+	flock 7
+	{
+		for f in /etc/apt/sources.list.d/*.sources; do
+			[ -f "$f" ] || continue
+			awk 'BEGIN { RS = ""; FS = "\n" }
+			     /(^|\n)Types:[^\n]*(^|[ \t])deb([ \t]|\n|$)/ && /debian/ {
+				s = $0; sub(/Types:[^\n]*/, "Types: deb-src", s); print s "\n" }' "$f"
+		done
+	} >"$aptdir/sources.list.d/vmq-deb-src.sources"
+	{
+		for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+			[ -f "$f" ] || continue
+			sed -n 's/^[[:space:]]*deb\([[:space:]].*debian.*\)$/deb-src\1/p' "$f"
+		done
+	} >"$aptdir/sources.list"
+	[ -s "$aptdir/sources.list" ] || [ -s "$aptdir/sources.list.d/vmq-deb-src.sources" ] ||
+		die "no Debian deb entry in /etc/apt to mirror as deb-src"
+	if [ -z "$(ls "$aptdir/lists" | grep -i sources)" ] ||
+	   [ -n "$(find "$aptdir/lists" -maxdepth 1 -name '*Sources*' -mtime +7)" ]; then
+		say "apt-get update (private deb-src lists in $aptdir)"
+		apt-get "${VMQ_APT[@]}" update -q >/dev/null || die "apt-get update (deb-src) failed"
+	fi
+	exec 7>&-
+}
+
 # vmq_nested_initrd DIR SCRIPT CMD: DIR/initrd.cpio, the initramfs of a
 # nested guest (programs started from the vmq guest's root over nested 9p
 # load slowly, so it is self-contained): busybox, bash and fio with the

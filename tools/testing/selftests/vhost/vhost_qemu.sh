@@ -11,9 +11,14 @@
 #                      virtio_net, devtmpfs, tmpfs built in)
 #   VHOST_QEMU_FW      firmware directories for -L, colon separated
 #                      (default /usr/share/qemu:/usr/share/seabios)
+#   VHOST_QEMU_FIO     the guest's fio (default this machine's)
+#   VHOST_QEMU_BASH    the guest's bash (default bash-static where
+#                      installed, else this machine's bash)
 #
-# The guest runs from an initramfs made here: busybox, this machine's bash
-# and fio with their libraries, and this script.  vhost_blk.worker_pool
+# The guest runs from an initramfs made here: busybox, bash and fio (with
+# the libraries they load, unless static), and this script.  Static ones
+# keep it small: with Debian's fio and its libraries it is 84 MB, which
+# QEMU loads and the guest unpacks at every boot under double TCG.  vhost_blk.worker_pool
 # is set for each boot (below) and restored at the end.
 #
 #   vhost_qemu.sh [GROUP...]   GROUP: backends, viommu, mq, net (default
@@ -383,7 +388,9 @@ if want backends || want viommu || want mq; then
 		skipall "/dev/nullb0 is not memory-backed (null_blk.memory_backed=1)"
 fi
 bb=$(command -v busybox) || skipall "busybox not installed (the guest's init)"
-command -v fio >/dev/null || skipall "fio not installed"
+gfio=${VHOST_QEMU_FIO:-$(command -v fio)} || skipall "fio not installed"
+gbash=${VHOST_QEMU_BASH:-$(command -v bash-static || command -v bash)}
+[ -x "$gfio" ] && [ -x "$gbash" ] || skipall "no fio ($gfio) or bash ($gbash) for the guest"
 if want net; then
 	[ -e /dev/vhost-net ] || skipall "/dev/vhost-net missing (CONFIG_VHOST_NET)"
 	[ -e /dev/net/tun ] || skipall "/dev/net/tun missing (CONFIG_TUN)"
@@ -420,17 +427,14 @@ ird=$work/initrd
 mkdir -p "$ird/bin" "$ird/"{dev,proc,sys,tmp}
 cp "$bb" "$ird/bin/busybox"
 ln -s busybox "$ird/bin/sh"
-bins=()
-for prog in bash fio; do
-	p=$(command -v $prog) || skipall "$prog not installed"
-	bins+=("$p")
-done
+cp "$gbash" "$ird/bin/bash" && cp "$gfio" "$ird/bin/fio" ||
+	skipall "cannot copy bash and fio"
 # Their libraries in one cp: a process costs up to a second in a debug
 # kernel under TCG, and one per library (fio has 64) took a minute.
-mapfile -t libs < <(ldd "${bins[@]}" |
+mapfile -t libs < <(ldd "$gbash" "$gfio" 2>/dev/null |
 		    awk '/=> \// { print $3 } /^\t\// { print $1 }' | sort -u)
-cp "${bins[@]}" "$ird/bin/" && cp -L --parents "${libs[@]}" "$ird" ||
-	skipall "cannot copy bash, fio and their libraries"
+[ ${#libs[@]} = 0 ] || cp -L --parents "${libs[@]}" "$ird" ||
+	skipall "cannot copy the libraries of bash and fio"
 cp "$me" "$ird/vhost_qemu.sh"
 cat >"$ird/init" <<'EOF'
 #!/bin/sh
