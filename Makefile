@@ -2,18 +2,21 @@
 #
 # vhost-mq entry points.  The two a fresh machine needs:
 #   make bench   build the release kernel, boot it, run the benchmark
-#                (mainline 7.3; BASE=6.1 for the bookworm backport)
 #   make check   build the debug kernels, boot them, run the vhost kselftests
-#                (both bases)
-# Everything else is for developers; see README.md.
+# BASE picks the base for every target: 7.3 (mainline, the default), 6.1
+# (the bookworm backport), or all where a target does both (check, the
+# default there; series; series-check).  Make passes it on to vmq/.
+# Everything else is for developers; see README.md and vmq/README.md.
 
 .PHONY: bench check deps lay kernel-debug kernel-release selftests vm-shell \
 	checkpatch sparse series series-check bench-against help
 
-# make bench [BASE=6.1]: the base to measure, mainline 7.3 by default.
-BASE ?= 7.3
+# The bases "all" stands for, for the targets that do one at a time.
+bases = $(if $(filter-out all,$(BASE)),$(BASE),7.3 6.1)
+
+# make bench [BASE=6.1]: the base to measure.
 bench:
-	VMQ_BASE=$(BASE) vmq/bench $(BENCH_ARGS)
+	vmq/bench $(BENCH_ARGS)
 
 check:
 	vmq/check $(TESTS)
@@ -44,12 +47,10 @@ checkpatch:
 # backport's in series-out-6.1/; and their per-patch checks (git am onto
 # the pristine base, W=1 + sparse build, checkpatch --strict, kernel-doc).
 series:
-	VMQ_BASE=7.3 vmq/series
-	VMQ_BASE=6.1 vmq/series
+	for b in $(bases); do BASE=$$b vmq/series || exit; done
 
 series-check:
-	VMQ_BASE=7.3 vmq/series-check
-	VMQ_BASE=6.1 vmq/series-check
+	for b in $(bases); do BASE=$$b vmq/series-check || exit; done
 
 sparse:
 	vmq/sparse

@@ -12,31 +12,38 @@ VMQ_JOBS=${VMQ_JOBS:-$(nproc)}
 die() { echo "vmq: error: $*" >&2; exit 1; }
 say() { echo "vmq: $*" >&2; }
 
-# The base tree, VMQ_BASE (default 6.1):
-#   6.1  linux-source-6.1 installed by apt (make deps) from bookworm,
-#        the series in patches/
-#   7.3  linux-source-7.3 from trixie-backports, fetched by vmq/deps with a
-#        private apt configuration and extracted, never installed; the
-#        series in patches-7.3/.
+# The base, BASE: the one setting every target and script reads.
+#   7.3  (default) linux-source-7.3 from trixie-backports, fetched by
+#        vmq/deps with a private apt configuration and extracted, never
+#        installed; the series in patches-7.3/.
+#   6.1  linux-source-6.1 installed by apt (make deps) from bookworm, the
+#        series in patches/.
+#   all  both, for the targets that can do both (make check, series,
+#        series-check); a script of one base refuses it.
 # Our new files (drivers/vhost/blk.c, docs, selftests) are laid on both
 # bases unless VMQ_LAY_NEW=0.  blk.c is written against mainline; on 6.1
 # the backport patch patches/0008a adapts it after it is laid.
-VMQ_BASE=${VMQ_BASE:-6.1}
-case $VMQ_BASE in
-6.1)
-	VMQ_SRC_TARBALL=/usr/src/linux-source-6.1.tar.xz
-	VMQ_PATCHES=$VMQ_REPO/patches
-	VMQ_LAY_NEW=${VMQ_LAY_NEW:-1} ;;
-7.3)
-	VMQ_SRC_TARBALL=
-	VMQ_PATCHES=$VMQ_REPO/patches-7.3
-	VMQ_LAY_NEW=${VMQ_LAY_NEW:-1} ;;
-*) die "VMQ_BASE=$VMQ_BASE: known bases are 6.1 and 7.3" ;;
-esac
-VMQ_SRC_PKG=linux-source-$VMQ_BASE
-VMQ_EXPECT_VERSION=$VMQ_BASE
-# 7.3: the version vmq/deps fetched, written once its tree is extracted.
-VMQ_SRC_VERSION_FILE=$VMQ_CACHE_ROOT/$VMQ_SRC_PKG.version
+# vmq_base B selects base B for what follows; sourcing selects $BASE.
+vmq_base() {
+	case $1 in
+	6.1)
+		VMQ_SRC_TARBALL=/usr/src/linux-source-6.1.tar.xz
+		VMQ_PATCHES=$VMQ_REPO/patches ;;
+	7.3)
+		VMQ_SRC_TARBALL=
+		VMQ_PATCHES=$VMQ_REPO/patches-7.3 ;;
+	all) die "BASE=all: this takes one base, 7.3 or 6.1" ;;
+	*) die "BASE=$1: known bases are 7.3 and 6.1 (and all, for make check)" ;;
+	esac
+	BASE=$1
+	VMQ_LAY_NEW=${VMQ_LAY_NEW:-1}
+	VMQ_SRC_PKG=linux-source-$BASE
+	VMQ_EXPECT_VERSION=$BASE
+	# 7.3: the version vmq/deps fetched, written once its tree is extracted.
+	VMQ_SRC_VERSION_FILE=$VMQ_CACHE_ROOT/$VMQ_SRC_PKG.version
+}
+BASE=${BASE:-7.3}
+[ "$BASE" = all ] && [ -n "${VMQ_ALL_OK:-}" ] || vmq_base "$BASE"
 
 # The package version is the cache key.
 vmq_src_version() {
@@ -47,11 +54,13 @@ vmq_src_version() {
 	fi
 }
 
+# vmq_set_paths [B]: the cache paths of base B (default: the one selected).
 vmq_set_paths() {
 	local v
+	[ $# = 0 ] || vmq_base "$1"
 	v=$(vmq_src_version)
 	[ -n "$v" ] ||
-		die "$VMQ_SRC_PKG is neither installed nor fetched (run: VMQ_BASE=$VMQ_BASE make deps)"
+		die "$VMQ_SRC_PKG is neither installed nor fetched (run: make deps BASE=$BASE)"
 	VMQ_KEY=$v
 	VMQ_DIR=$VMQ_CACHE_ROOT/$VMQ_KEY
 	VMQ_PRISTINE=$VMQ_DIR/pristine
@@ -83,7 +92,7 @@ vmq_clock_args() {
 # one built from Debian testing's source (vmq/sparse-build), since 0.6.4
 # fails 7.3's scripts/checker-valid.sh and C=1 would then check nothing.
 vmq_sparse() {
-	if [ "$VMQ_BASE" = 6.1 ]; then
+	if [ "$BASE" = 6.1 ]; then
 		command -v sparse
 	else
 		"$VMQ_REPO/vmq/sparse-build"
