@@ -2,123 +2,45 @@
 /*
  * vhost-blk: an in-kernel virtio-blk backend.
  *
- * Design
- * ------
- * A VMM opens /dev/vhost-blk, sets it up like any vhost device and gives it
- * a block device or a regular file with VHOST_BLK_SET_BACKEND.  Each of the
- * VHOST_BLK_MAX_QUEUES rings is a virtio-blk request queue.
+ * What it does for a VMM and a guest (requests, limits, errors, workers,
+ * busy polling): Documentation/virt/vhost-blk.rst.  This comment says
+ * where things run, what protects what, and what keeps what alive.
  *
- * Threads.  A ring's kick runs vhost_blk_handle_kick() on the ring's worker.
- * The handler takes every available request, checks it and submits it:
- * direct reads and writes as kiocbs against the backing file (asynchronous
- * direct I/O when the file was opened O_DIRECT), or, for a block device
- * opened O_DIRECT, as a bio straight to the device (the bio_submit module
- * parameter), page-cache reads and writes as synchronous kiocbs; GET_ID at
- * once.  The worker does not wait for direct I/O (it does on the bio path
- * for the writeback of cached pages of the range, and for page-cache I/O,
- * which completes within its submission).  What may wait for the backend
- * for long (FLUSH, DISCARD, WRITE_ZEROES) goes to the ring's slow_work on an
- * unbound workqueue, in the owner's mm, credentials and cgroups, so that a
- * stalled backend holds neither the ring's mutex nor its worker (page-cache
- * I/O on a stalled backend still does).  Completions, which may run in
- * interrupt context, only put the request on the ring's completion list and
- * queue the ring's complete_work, which then writes the status bytes, fills
- * the used ring, logs dirty pages and signals the guest once for the whole
- * batch, again on the ring's worker.  A request that completes while the
- * handler is still submitting, in its own task (null_blk and page-cache I/O
- * complete inline; an interrupt of the worker), is returned by the handler
- * itself once it has submitted the batch, without a second pass through the
- * worker (the ring's submitter).  Each ring gets a
- * worker of its own when it starts, unless the worker_pool module parameter
- * or the VMM (with the vhost worker ioctls) say otherwise, or the device is
- * in kthread mode (VHOST_SET_FORK_FROM_OWNER off), where the core makes no
- * new workers and every ring stays on the default one.
+ * Where things run.  A ring's kick runs vhost_blk_handle_kick() on the
+ * ring's vhost worker (the owner's thread): it takes every available
+ * request and submits it, as a kiocb to the backing file or, for a block
+ * device opened O_DIRECT, as a bio.  Direct I/O completes asynchronously,
+ * in any context (interrupts too): the completion only adds the request to
+ * the ring's completed list and queues complete_work, which returns the
+ * batch to the guest on the ring's worker.  Page-cache I/O completes
+ * within its submission.  FLUSH, DISCARD and WRITE_ZEROES, which may wait
+ * for the backend for long, go to the ring's slow_work on vhost_blk_wq, in
+ * the owner's credentials and cgroups.
  *
- * The fast path shares nothing between rings: a request lives in a slot its
- * ring allocated when it started (no allocation per request, unless its
- * chain is longer than a slot's own iovecs), each ring counts its own
- * requests in flight under its own mutex, holds its own copy of the VMM's
- * credentials, and uses the device's backing file without a reference of
- * its own (the file changes only with every ring drained).  A handler plugs
- * its batch, so a block device sees it at once.
+ * Locking.
+ *  - dev.mutex (the vhost core's): the backend file, ring start and stop,
+ *    quiesces, features, the worker policy; taken by ioctls and the
+ *    release, before any ring's mutex.  A quiesce drops it while it waits
+ *    (completions may need an IOTLB update, which takes it).
+ *  - vq->mutex: everything of one ring the request path uses (slots, free
+ *    list, inflight, paused, the used ring); the handler and complete_work
+ *    run under it.  Nothing on the request path takes another ring's.
+ *  - completed, slow: lock-free lists (llist), added to in any context,
+ *    emptied under vq->mutex and in slow_work respectively.
+ *  - serial_lock: the serial, read by GET_ID on any ring.
+ *  Functions that need a lock say so with lockdep_assert_held().
  *
- * Busy polling.  With a ring's busyloop_timeout (VHOST_SET_VRING_BUSYLOOP_
- * TIMEOUT, at most VHOST_BLK_MAX_BUSYLOOP_TIMEOUT; the module parameter of
- * that name gives rings their first value) the handler, once the ring is
- * empty, keeps guest notifications off and watches the avail ring for up to
- * that many microseconds before it sleeps, and complete_work runs the
- * handler again after returning requests, as the guest is then about to
- * send more.  It stops polling at once when other work waits on its worker
- * (its ring's completions among it), when the scheduler wants the CPU, a
- * signal is pending or a quiesce wants the ring.  The CPU it spins is the
- * owner's: the worker runs in the owner's cgroups.
- *
- * Quiescing.  VHOST_BLK_SET_BACKEND pauses the rings (no new request is
- * taken), waits until every request in flight has completed and been
- * returned to the guest, swaps the file and resumes them: no request
- * outlives the file it was submitted to.  The same quiesce runs
- * before anything that would make a request in flight wrong: a new memory
- * table (its guest addresses were translated at submission), LOG_ALL
- * switched on or off (it was submitted with or without dirty logging),
- * ACCESS_PLATFORM switched.  Paused rings stay attached, so resuming
- * translates nothing again.  The wait drops dev.mutex: completions may need
- * an IOTLB update (the used ring missed) and applying it takes the mutex.
- * But the VMM thread waiting in the ioctl may be the one that answers
- * misses, so a paused ring drops a completion whose used ring misses
- * instead of waiting for the answer, as the release path does.  An IOTLB
- * invalidation does not quiesce at all (see vhost_blk_iotlb_msg()).  Waits
- * on ioctl paths are killable; the release path waits in a work item.  No
- * handler waits for long holding its ring: a write to a frozen filesystem
- * goes back on the ring and is tried again every VHOST_BLK_FROZEN_RETRY.
- *
- * Ring lifecycle.  A ring starts (is attached to the backend) once it is
- * set up, has a kick and the device a backend.  Detaching the backend or
- * resetting the owner disarms every ring: it starts again only once the VMM
- * has set it up again, so a ring a guest no longer uses is never served
- * from stale addresses.  Only the owner starts rings, on every path
- * (ioctls, feature changes, IOTLB updates, the end of a quiesce).
- *
- * Bounds.  A ring has at most one request in flight per slot, that is
- * min(vq.num, VHOST_BLK_MAX_SLOTS), however often a guest publishes heads;
- * the slots, and the iovecs of long chains, are charged to the owner's memcg.
- * Handlers submit with the credentials of the VMM that set the backend, not
- * the worker's kernel credentials.
- *
- * Teardown.  A completion may run in interrupt context or in a workqueue and
- * race with the release of the device: it adds its request to the ring's
- * list and queues the ring's work in one RCU read section, and the release
- * (and VHOST_RESET_OWNER) waits for a grace period after the drain and
- * before the last flush of the workers, so the worker and the device stay
- * valid until the completion has finished queueing, and the flush runs what
- * it queued.  Workers are the owner's threads (vhost_task): when the owner
- * is killed they stop taking work and leave their rings, and the drain then
- * drops the requests that complete, so the release never waits for a return
- * no worker will make.  Requests stuck on their backend do not keep the
- * closing task waiting either: after VHOST_BLK_RELEASE_WAIT the release
- * goes on in a work item (vhost_blk_release()).
- *
- * The backend.  Only files with iter I/O in each direction they are open for,
- * O_DIRECT only where the file supports it, and never O_APPEND (a guest
- * write would land at the end of the file).  Reads go through
- * vfs_iocb_iter_read(), writes through ->write_iter() with its checks
- * (rw_verify_area(), fsnotify: vhost_blk_write_iter()), or both as bios
- * with the same checks and page cache rules (vhost_blk_bio_rw()).  A write
- * to a regular file holds one count of freeze protection, taken without
- * waiting and dropped by its completion: a write to a frozen filesystem
- * stays on its ring until the thaw.  DISCARD discards (block devices:
- * REQ_OP_DISCARD, after dropping the range's cached pages as BLKDISCARD
- * does, never under a filesystem that holds the device, never once the
- * device is read-only; files: punch a hole) and never writes data;
- * WRITE_ZEROES zeroes (written zeroes where the file cannot zero a range).
- * Both are bounded by the maximums in the uapi header, which the VMM
- * advertises to the guest.
- *
- * Errors.  A request vhost-blk can parse but not serve (bad type, bad
- * length, out of range, I/O error, short I/O, read-only backend) completes
- * with VIRTIO_BLK_S_IOERR or _UNSUPP; partial success is never reported as
- * success.  A chain vhost cannot even walk (bad descriptor, address outside
- * the memory table) stops the ring, as for every vhost device: vq_err()
- * signals the error eventfd.
+ * Lifetime.  A request lives in a slot its ring allocated when it started;
+ * it holds the slot from submission until complete_work (or a drain)
+ * gives it back.  The backing file is used without a reference per
+ * request: it is swapped only with every ring paused and drained
+ * (vhost_blk_quiesce()), so no request outlives the file it was submitted
+ * to.  A completion queues complete_work in an RCU read section, and the
+ * release and VHOST_RESET_OWNER wait a grace period after the drain and
+ * before the last flush of the workers, so the worker and the device
+ * outlive it (vhost_blk_req_done()).  Requests stuck on their backend do
+ * not hold the closing task: after VHOST_BLK_RELEASE_WAIT the rest of the
+ * release runs on vhost_blk_wq, which module exit destroys.
  */
 #include <linux/blkdev.h>
 #include <linux/cgroup.h>
@@ -157,17 +79,17 @@
 static unsigned int worker_pool;
 module_param(worker_pool, uint, 0644);
 MODULE_PARM_DESC(worker_pool,
-		 "Workers for rings the VMM did not bind: 0 = one worker per ring, 1 = all rings on the device's default worker, N > 1 = a pool of N workers shared round-robin (default: 0)");
+		 "Workers for rings the VMM did not bind: 0 one per ring, 1 the default one, N a pool of N (default: 0)");
 
 static bool bio_submit = true;
 module_param(bio_submit, bool, 0644);
 MODULE_PARM_DESC(bio_submit,
-		 "Reads and writes to a block device opened O_DIRECT go to it as bios, not through its read_iter/write_iter (default: Y)");
+		 "Submit I/O to block devices opened O_DIRECT as bios (default: Y)");
 
 static unsigned int busyloop_timeout;
 module_param(busyloop_timeout, uint, 0644);
 MODULE_PARM_DESC(busyloop_timeout,
-		 "Microseconds a ring's worker busy-polls for new requests before it sleeps, the value rings of new and reset devices start with, at most VHOST_BLK_MAX_BUSYLOOP_TIMEOUT (10000); VHOST_SET_VRING_BUSYLOOP_TIMEOUT sets it per ring (default: 0, no polling)");
+		 "Busy-poll time new rings start with, in us, at most 10000 (default: 0, off)");
 
 #define VHOST_BLK_SECTOR_SHIFT	9
 #define VHOST_BLK_SECTOR_SIZE	BIT(VHOST_BLK_SECTOR_SHIFT)
@@ -426,6 +348,7 @@ static struct vhost_blk_req *vhost_blk_req_get(struct vhost_blk_vq *bvq,
 {
 	struct vhost_blk_req *req = bvq->free;
 
+	lockdep_assert_held(&bvq->vq.mutex);
 	req->iov = req->inline_iov;
 	if (unlikely(niov > VHOST_BLK_INLINE_IOVS)) {
 		req->iov = kmalloc_array(niov, sizeof(*req->iov),
@@ -462,6 +385,7 @@ static void vhost_blk_req_put(struct vhost_blk_req *req)
 {
 	struct vhost_blk_vq *bvq = req->bvq;
 
+	lockdep_assert_held(&bvq->vq.mutex);
 	if (unlikely(req->iov != req->inline_iov))
 		kfree(req->iov);
 	kfree(req->log);
@@ -475,6 +399,7 @@ static void vhost_blk_req_put(struct vhost_blk_req *req)
 /* Free @bvq's slots; none is in use.  Under vq.mutex. */
 static void vhost_blk_free_slots(struct vhost_blk_vq *bvq)
 {
+	lockdep_assert_held(&bvq->vq.mutex);
 	WARN_ON_ONCE(bvq->inflight);
 	kvfree(bvq->slots);
 	bvq->slots = NULL;
@@ -492,6 +417,7 @@ static int vhost_blk_alloc_slots(struct vhost_blk_vq *bvq)
 	unsigned int n = min_t(unsigned int, bvq->vq.num, VHOST_BLK_MAX_SLOTS);
 	unsigned int i;
 
+	lockdep_assert_held(&bvq->vq.mutex);
 	if (bvq->slots && bvq->nslots == n)
 		return 0;
 	vhost_blk_free_slots(bvq);
@@ -618,6 +544,7 @@ static void vhost_blk_return(struct vhost_blk_vq *bvq, struct llist_node *node)
 	unsigned int nused = 0;
 	bool drop = false;
 
+	lockdep_assert_held(&vq->mutex);
 	BUILD_BUG_ON(VHOST_BLK_MAX_SLOTS > UIO_MAXIOV);
 	/*
 	 * The used ring may be unreachable through the device IOTLB: the miss
@@ -719,6 +646,7 @@ static void vhost_blk_return_inline(struct vhost_blk_vq *bvq)
 {
 	struct llist_node *node;
 
+	lockdep_assert_held(&bvq->vq.mutex);
 	WRITE_ONCE(bvq->submitter, NULL);
 	node = llist_del_all(&bvq->completed);
 	if (node)
@@ -1489,6 +1417,7 @@ static bool vhost_blk_busy_poll(struct vhost_blk_vq *bvq)
 	struct vhost_virtqueue *vq = &bvq->vq;
 	u64 end = local_clock() + (u64)vq->busyloop_timeout * NSEC_PER_USEC;
 
+	lockdep_assert_held(&vq->mutex);
 	while (!need_resched() && !signal_pending(current) &&
 	       !vhost_vq_has_work(vq) && llist_empty(&bvq->completed) &&
 	       !READ_ONCE(vhost_blk_of(vq)->quiesced)) {
@@ -1602,6 +1531,7 @@ static void vhost_blk_apply_worker_policy(struct vhost_blk *blk, int idx)
 	u32 id;
 	int ret;
 
+	lockdep_assert_held(&blk->dev.mutex);
 	if (bvq->user_bound || bvq->policy_applied)
 		return;
 	bvq->policy_applied = true;
@@ -1647,6 +1577,7 @@ static void vhost_blk_start_ring(struct vhost_blk *blk, int i)
 	struct vhost_virtqueue *vq = &bvq->vq;
 	bool start = false;
 
+	lockdep_assert_held(&blk->dev.mutex);
 	mutex_lock(&vq->mutex);
 	if (!vhost_vq_get_backend(vq) && bvq->armed && vq->kick &&
 	    vhost_vq_is_setup(vq)) {
@@ -1681,6 +1612,7 @@ static void vhost_blk_start_rings(struct vhost_blk *blk)
 {
 	int i;
 
+	lockdep_assert_held(&blk->dev.mutex);
 	if (!blk->backend || blk->quiesced || vhost_dev_check_owner(&blk->dev))
 		return;
 	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++)
@@ -1703,6 +1635,7 @@ static void vhost_blk_unpause(struct vhost_blk *blk, int n)
 {
 	int i;
 
+	lockdep_assert_held(&blk->dev.mutex);
 	/* Busy-polling handlers read it: see vhost_blk_busy_poll(). */
 	WRITE_ONCE(blk->quiesced, blk->quiesced - 1);
 	if (blk->quiesced)
@@ -1827,6 +1760,7 @@ static int vhost_blk_quiesce(struct vhost_blk *blk)
 {
 	int ret;
 
+	lockdep_assert_held(&blk->dev.mutex);
 	ret = vhost_blk_pause(blk, true);
 	if (ret)
 		return ret;
@@ -2139,6 +2073,7 @@ static long vhost_blk_set_mem_table(struct vhost_blk *blk, void __user *argp)
 {
 	long r;
 
+	lockdep_assert_held(&blk->dev.mutex);
 	r = vhost_dev_check_owner(&blk->dev);
 	if (r)
 		return r;
@@ -2182,6 +2117,7 @@ static long vhost_blk_set_busyloop(struct vhost_blk *blk, void __user *argp)
 	struct vhost_virtqueue *vq;
 	struct vhost_vring_state s;
 
+	lockdep_assert_held(&blk->dev.mutex);
 	if (copy_from_user(&s, argp, sizeof(s)))
 		return -EFAULT;
 	if (s.num > VHOST_BLK_MAX_BUSYLOOP_TIMEOUT)
@@ -2206,6 +2142,7 @@ static long vhost_blk_vring_ioctl(struct vhost_blk *blk, unsigned int ioctl,
 	long r;
 	u32 idx;
 
+	lockdep_assert_held(&blk->dev.mutex);
 	if (ioctl == VHOST_SET_VRING_BUSYLOOP_TIMEOUT)
 		return vhost_blk_set_busyloop(blk, argp);
 	/*

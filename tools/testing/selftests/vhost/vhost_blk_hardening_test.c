@@ -785,6 +785,93 @@ VHOST_TEST_F(hard, memcg_charged_for_owners, 60)
 }
 
 /*
+ * The child of memcg_charged_for_ring_slots: joins CGROUP_DIR, opens a
+ * device with VHOST_BLK_MAX_QUEUES rings of @qsize, and reports to @out
+ * what starting them (SET_BACKEND to @be) added to the cgroup's
+ * memory.current (or -1).
+ */
+static void memcg_slots_child(int be, unsigned int qsize, int out)
+{
+	long long before, after, delta = -1;
+	struct vmm_blk b;
+	char pid[16];
+
+	snprintf(pid, sizeof(pid), "%d", getpid());
+	if (write_str(CGROUP_DIR "/cgroup.procs", pid) ||
+	    vmm_blk_open(&b, VHOST_BLK_MAX_QUEUES, qsize, V1, 8 << 20))
+		goto report;
+	before = memcg_current();
+	if (!vmm_blk_set_backend(&b, be)) {
+		after = memcg_current();
+		if (before >= 0 && after >= 0)
+			delta = after - before;
+	}
+report:
+	if (write(out, &delta, sizeof(delta)) != sizeof(delta))
+		_exit(1);
+	_exit(0);
+}
+
+/*
+ * Round three, 11.  The request slots a ring allocates when it starts
+ * (one per descriptor, up to 1024, about 300 bytes each) are charged to
+ * the owner's memory cgroup: a process in a cgroup of its own starts 16
+ * rings of 1024 entries on one device (all on the default worker, so no
+ * thread stacks are counted), and the cgroup's memory.current grows by at
+ * least 192 bytes a slot.  Uncharged, a VMM limited to any amount of
+ * memory could pin 4.8 MiB per fd.
+ */
+VHOST_TEST_F(hard, memcg_charged_for_ring_slots, 60)
+{
+	enum { QSIZE = 1024 };
+	const long long want = (long long)VHOST_BLK_MAX_QUEUES * QSIZE * 192;
+	struct ctx *c = &self->c;
+	int from[2], status;
+	char ctl[256];
+	long long delta;
+	pid_t pid;
+
+	if (access(CGROUP_ROOT "/cgroup.procs", F_OK))
+		SKIP(return, "cgroup2 not mounted at " CGROUP_ROOT);
+	if (read_str(WORKER_POOL, c->worker_pool, sizeof(c->worker_pool)))
+		SKIP(return, "%s missing", WORKER_POOL);
+	ASSERT_EQ(0, write_str(WORKER_POOL, "1"));
+	ASSERT_EQ(0, read_str(CGROUP_ROOT "/cgroup.controllers", ctl, sizeof(ctl)));
+	ASSERT_NE(NULL, strstr(ctl, "memory")) TH_LOG("no memory controller (CONFIG_MEMCG)");
+	ASSERT_EQ(0, read_str(CGROUP_ROOT "/cgroup.subtree_control", ctl, sizeof(ctl)));
+	if (!strstr(ctl, "memory")) {
+		ASSERT_EQ(0, write_str(CGROUP_ROOT "/cgroup.subtree_control", "+memory"));
+		c->memcg = true;
+	}
+	c->be = tmpfs_file(c, 1 << 20);
+	if (c->be == -ENOTSUP)
+		SKIP(return, "cannot mount tmpfs");
+	ASSERT_LE(0, c->be);
+	rmdir(CGROUP_DIR);
+	ASSERT_EQ(0, mkdir(CGROUP_DIR, 0755));
+	c->cgroup = true;
+	ASSERT_EQ(0, pipe(from));
+	pid = vmm_fork_tied();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		close(from[0]);
+		memcg_slots_child(c->be, QSIZE, from[1]);
+	}
+	c->child = pid;
+	close(from[1]);
+	ASSERT_EQ(sizeof(delta), read(from[0], &delta, sizeof(delta)));
+	close(from[0]);
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	c->child = 0;
+	ASSERT_LE(0, delta) TH_LOG("the child could not set up and start the rings");
+	TH_LOG("starting %d rings of %d charged %lld KiB", VHOST_BLK_MAX_QUEUES,
+	       QSIZE, delta >> 10);
+	EXPECT_LE(want, delta)
+		TH_LOG("less than %lld KiB charged: the slots are not the owner's",
+		       want >> 10);
+}
+
+/*
  * Round three, 7.  A block device made read-only (BLKROSET) after
  * SET_BACKEND refuses DISCARD as it refuses writes: IOERR, and the data
  * stays.

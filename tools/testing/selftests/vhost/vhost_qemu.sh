@@ -79,7 +79,7 @@
 #       are evicted and completions miss) with the guest's lazy flushes
 #       meanwhile: fio verify passes, QEMU stops on SIGTERM within 20 s
 #       and this kernel's log stays clean.  A stress case: the deadlock of
-#       issue 21 item 5 also needs a guest flush to arrive while a
+#       a completion and an IOTLB flush also needs a guest flush to arrive while a
 #       completion waits for a miss, which this makes possible but does
 #       not force (it passed on the kernel before the fix, lazy and
 #       strict flushes alike); vhost_blk_hardening_test's
