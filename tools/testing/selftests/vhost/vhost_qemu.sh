@@ -544,6 +544,11 @@ boot() {
 		echo "# $name: the guest did not finish; the end of its console:"
 		tail -n 25 "$log" | tr -d '\r' | sed 's/^/# console: /'
 	}
+	# QEMU gone before it was told to go: say how (128 + a signal).
+	if ! kill -0 $qpid 2>/dev/null; then
+		wait $qpid
+		echo "# $name: qemu exited by itself with status $?"
+	fi
 	# Every vhost worker of this qemu, with its CPU time, while the
 	# device still exists.
 	workers_cpu >"$logs/$name.workers"
