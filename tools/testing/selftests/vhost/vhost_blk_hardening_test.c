@@ -730,7 +730,7 @@ report:
 }
 
 /*
- * Round three, 6.  What VHOST_SET_OWNER makes for a device is charged to
+ * What VHOST_SET_OWNER makes for a device is charged to
  * the owner's memory cgroup, the rings' arrays that chains are walked into
  * (UIO_MAXIOV indirect descriptors, log entries and used elements: about
  * 40 KiB a ring) included: a process in a cgroup of its own sets itself as
@@ -813,7 +813,7 @@ report:
 }
 
 /*
- * Round three, 11.  The request slots a ring allocates when it starts
+ * The request slots a ring allocates when it starts
  * (one per descriptor, up to 1024, about 300 bytes each) are charged to
  * the owner's memory cgroup: a process in a cgroup of its own starts 16
  * rings of 1024 entries on one device (all on the default worker, so no
@@ -872,7 +872,7 @@ VHOST_TEST_F(hard, memcg_charged_for_ring_slots, 60)
 }
 
 /*
- * Round three, 7.  A block device made read-only (BLKROSET) after
+ * A block device made read-only (BLKROSET) after
  * SET_BACKEND refuses DISCARD as it refuses writes: IOERR, and the data
  * stays.
  */
@@ -1268,7 +1268,7 @@ VHOST_TEST_F(hard, set_mem_table_waits_for_requests, 60)
 }
 
 /*
- * Round two, 5.  An IOTLB invalidation does not wait for the requests in
+ * An IOTLB invalidation does not wait for the requests in
  * flight (their buffers were translated at submission): it returns while
  * the READ is still at the device, and the READ completes all the same.
  */
@@ -1865,7 +1865,7 @@ static void *thawer(void *arg)
 }
 
 /*
- * Round two, 4.  A WRITE waiting for a frozen filesystem holds up nothing:
+ * A WRITE waiting for a frozen filesystem holds up nothing:
  * VHOST_SET_MEM_TABLE (which quiesces the rings) returns at once instead of
  * waiting, unkillable, for the thaw (a thread thaws after 5 s, so that a
  * kernel that does wait does not hang the test), and after the thaw the
@@ -1969,7 +1969,7 @@ static void zeroes_on(struct __test_metadata *_metadata, struct ctx *c, int fd,
 }
 
 /*
- * Round three, 8.  WRITE_ZEROES, offered to every guest, zeroes files
+ * WRITE_ZEROES, offered to every guest, zeroes files
  * whether or not their filesystem has FALLOC_FL_ZERO_RANGE: a tmpfs file
  * (none; opened O_DIRECT where tmpfs allows it, as 7.3's does) and an ext4
  * file (ZERO_RANGE), direct or buffered as the variant says.  A guest
@@ -2052,7 +2052,7 @@ static int other_writer(void)
 #define FREEZE_CYCLES	20
 
 /*
- * Round three, 1.  Each write through vhost-blk to a file holds exactly one
+ * Each write through vhost-blk to a file holds exactly one
  * count of the filesystem's freeze protection, and its completion drops
  * it: direct writes (asynchronous; to unwritten extents, completed from a
  * workqueue, and over written ones, completed by the block layer) and
@@ -2317,7 +2317,7 @@ VHOST_TEST_F(nproc, workers_charged_to_rlimit_nproc, 60)
 		TH_LOG("%s", msg[0] ? msg : "the child died");
 }
 
-/* Round two: what the second outside review found. */
+/* Ring, device and worker lifetimes under hostile VMMs. */
 
 /* Set a fault injection knob, remembering its value for ctx_cleanup(). */
 static int knob_set(struct ctx *c, const char *path, const char *val)
@@ -2557,7 +2557,7 @@ VHOST_TEST_F(hard, non_owner_cannot_set_features_or_iotlb, 30)
 }
 
 /*
- * Round three, 11.  Every ioctl but the GET_FEATURES pair (and
+ * Every ioctl but the GET_FEATURES pair (and
  * VHOST_SET_OWNER, EBUSY) is the owner's: another process holding the fd
  * gets EPERM from each, the ring, worker and backend ones included, and
  * changes nothing.
@@ -2650,7 +2650,7 @@ VHOST_TEST_F(hard, non_owner_gets_eperm_from_every_ioctl, 30)
 }
 
 /*
- * Round three, 7.  The busy-poll cap holds against a VMM that changes the
+ * The busy-poll cap holds against a VMM that changes the
  * argument while the ioctl reads it: another thread flips the timeout
  * between 0 and ~0 as the main one sets it, and what the ring keeps never
  * exceeds VHOST_BLK_MAX_BUSYLOOP_TIMEOUT.
