@@ -13,9 +13,10 @@
  * in any context (interrupts too): the completion only adds the request to
  * the ring's completed list and queues complete_work, which returns the
  * batch to the guest on the ring's worker.  Page-cache I/O completes
- * within its submission.  FLUSH, DISCARD and WRITE_ZEROES, which may wait
- * for the backend for long, go to the ring's slow_work on vhost_blk_wq, in
- * the owner's credentials and cgroups.
+ * within its submission where it needs no waiting (IOCB_NOWAIT).  The rest
+ * of it, and FLUSH, DISCARD and WRITE_ZEROES, which may wait for the
+ * backend for long, go to the ring's slow_work on vhost_blk_wq, in the
+ * owner's credentials and cgroups.
  *
  * Locking.
  *  - dev.mutex (the vhost core's): the backend file, ring start and stop,
@@ -325,8 +326,17 @@ struct vhost_blk_req {
 	loff_t pos;
 	/* For slow_work: what it serves, and how (see vhost_blk_defer()). */
 	u32 type;			/* VIRTIO_BLK_T_* */
-	unsigned int nseg;		/* DISCARD, WRITE_ZEROES: in segs */
-	struct virtio_blk_discard_write_zeroes segs[VHOST_BLK_MAX_DISCARD_SEG];
+	union {
+		struct {		/* DISCARD, WRITE_ZEROES */
+			unsigned int nseg;
+			struct virtio_blk_discard_write_zeroes
+				segs[VHOST_BLK_MAX_DISCARD_SEG];
+		};
+		struct {		/* IN, OUT through the page cache */
+			struct iov_iter iter;	/* what is left to move */
+			u64 done;		/* bytes the worker moved */
+		};
+	};
 	struct cgroup_subsys_state *blkcg, *memcg; /* the worker's */
 	struct iovec *iov;		/* the chain, out then in */
 	struct iovec inline_iov[VHOST_BLK_INLINE_IOVS];
@@ -1076,6 +1086,43 @@ static ssize_t vhost_blk_write_iter(struct file *file, struct kiocb *iocb,
 	return ret;
 }
 
+/* A read or a write of @req through the VFS, at req->iocb.ki_pos. */
+static ssize_t vhost_blk_rw_iter(struct vhost_blk_req *req,
+				 struct iov_iter *iter)
+{
+	struct file *file = req->iocb.ki_filp;
+
+	if (req->is_read)
+		return vfs_iocb_iter_read(file, &req->iocb, iter);
+	return vhost_blk_write_iter(file, &req->iocb, iter);
+}
+
+/*
+ * Whether a page-cache read or write of @file can be tried without waiting
+ * (IOCB_NOWAIT: -EAGAIN where a page must be read in or a lock waited for).
+ * A buffered write to a regular file only where its filesystem says so, as
+ * io_uring checks.
+ */
+static bool vhost_blk_nowait_ok(struct file *file, bool is_read)
+{
+	if (!(file->f_mode & FMODE_NOWAIT))
+		return false;
+	return is_read || !S_ISREG(file_inode(file)->i_mode) ||
+	       (file->f_op->fop_flags & FOP_BUFFER_WASYNC);
+}
+
+/* slow_work's part of a page-cache read or write: the rest, waiting. */
+static ssize_t vhost_blk_rw_slow(struct vhost_blk_req *req)
+{
+	ssize_t ret;
+
+	req->iocb.ki_flags &= ~IOCB_NOWAIT;
+	ret = vhost_blk_rw_iter(req, &req->iter);
+	if (ret < 0)
+		return ret;
+	return req->done + ret;
+}
+
 /*
  * Hand @req, a request that may wait for its backend for long, to the
  * ring's slow_work.  It runs there in the cgroups of the ring's worker,
@@ -1107,6 +1154,7 @@ static void vhost_blk_slow_one(struct vhost_blk_req *req, struct mm_struct *mm,
 	struct mem_cgroup *old_memcg = NULL;
 	const struct cred *old_cred;
 	u8 status = VIRTIO_BLK_S_OK;
+	ssize_t ret = 0;
 
 	kthread_use_mm(mm);
 	old_cred = override_creds(cred);
@@ -1117,6 +1165,10 @@ static void vhost_blk_slow_one(struct vhost_blk_req *req, struct mm_struct *mm,
 		old_memcg = set_active_memcg(mem_cgroup_from_css(req->memcg));
 #endif
 	switch (req->type) {
+	case VIRTIO_BLK_T_IN:
+	case VIRTIO_BLK_T_OUT:
+		ret = vhost_blk_rw_slow(req);
+		break;
 	case VIRTIO_BLK_T_FLUSH:
 		if (vfs_fsync(req->file, 0))
 			status = VIRTIO_BLK_S_IOERR;
@@ -1141,7 +1193,10 @@ static void vhost_blk_slow_one(struct vhost_blk_req *req, struct mm_struct *mm,
 	 * Last: once done, the request may be returned and the device, its
 	 * mm reference and the ring's credentials go (a drain waits for it).
 	 */
-	vhost_blk_req_done(req, status);
+	if (req->type == VIRTIO_BLK_T_IN || req->type == VIRTIO_BLK_T_OUT)
+		vhost_blk_rw_complete(&req->iocb, ret);
+	else
+		vhost_blk_req_done(req, status);
 }
 
 /*
@@ -1170,9 +1225,48 @@ static void vhost_blk_slow_work(struct work_struct *work)
 }
 
 /*
+ * A page-cache read or write: the worker moves what it can without waiting
+ * and hands the rest to slow_work, so that a backend that stalls (a
+ * suspended device, an unreachable NFS server) holds neither the ring's
+ * mutex nor its worker, and no ioctl of the VMM waits for it.  A file that
+ * cannot answer without waiting goes to slow_work whole.  On the ring's
+ * worker.
+ */
+static void vhost_blk_rw_cached(struct vhost_blk_req *req, struct file *file,
+				struct iov_iter *iter, loff_t pos)
+{
+	struct iov_iter_state state;
+	ssize_t ret;
+
+	req->done = 0;
+	if (vhost_blk_nowait_ok(file, req->is_read)) {
+		req->iocb.ki_flags |= IOCB_NOWAIT;
+		iov_iter_save_state(iter, &state);
+		ret = vhost_blk_rw_iter(req, iter);
+		/* Some filesystems answer -EOPNOTSUPP for IOCB_NOWAIT. */
+		if ((u64)ret == req->len ||
+		    (ret < 0 && ret != -EAGAIN && ret != -EOPNOTSUPP)) {
+			vhost_blk_rw_complete(&req->iocb, ret);
+			return;
+		}
+		/* Resume where the part done without waiting ended. */
+		iov_iter_restore(iter, &state);
+		if (ret > 0) {
+			iov_iter_advance(iter, ret);
+			req->done = ret;
+		}
+	}
+	req->iter = *iter;
+	req->iocb.ki_pos = pos + req->done;
+	vhost_blk_defer(req->bvq, req, file,
+			req->is_read ? VIRTIO_BLK_T_IN : VIRTIO_BLK_T_OUT);
+}
+
+/*
  * Submit a read or a write; completes through vhost_blk_rw_complete().
  * Direct I/O is asynchronous: the worker does not wait for it.  Page-cache
- * I/O completes within its submission, on the worker.
+ * I/O completes on the worker where it needs no waiting, otherwise in
+ * slow_work (vhost_blk_rw_cached()).
  */
 static void vhost_blk_rw(struct vhost_blk_req *req, struct file *file,
 			 struct iov_iter *iter, loff_t pos)
@@ -1205,10 +1299,11 @@ static void vhost_blk_rw(struct vhost_blk_req *req, struct file *file,
 			return;
 		}
 	}
-	if (req->is_read)
-		ret = vfs_iocb_iter_read(file, &req->iocb, iter);
-	else
-		ret = vhost_blk_write_iter(file, &req->iocb, iter);
+	if (!(req->iocb.ki_flags & IOCB_DIRECT)) {
+		vhost_blk_rw_cached(req, file, iter, pos);
+		return;
+	}
+	ret = vhost_blk_rw_iter(req, iter);
 	if (ret != -EIOCBQUEUED)
 		vhost_blk_rw_complete(&req->iocb, ret);
 }

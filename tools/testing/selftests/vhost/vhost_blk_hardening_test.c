@@ -142,6 +142,7 @@ struct ctx {
 	bool slow_big;		/* 8 GiB, no memory, no delay instead */
 	bool slow_cache;	/* a write cache: FLUSH reaches the device */
 	bool slow_nodiscard;	/* no discard (null_blk.discard=1 is the default) */
+	bool slow_buffered;	/* the backend through the page cache */
 	bool slow;
 	char slow_name[32];	/* its name in /dev and /sys/block */
 	/* ext4 on a loop device */
@@ -341,7 +342,7 @@ static int run_req(struct vmm_vq *vq, uint8_t *status, int timeout_ms)
 
 /*
  * The slow device: a configfs null_blk whose requests complete after
- * SLOW_NSEC, opened O_DIRECT as the backend (c->be).
+ * SLOW_NSEC, opened O_DIRECT (unless slow_buffered) as the backend (c->be).
  */
 static int slow_nullb_create(struct ctx *c)
 {
@@ -385,11 +386,10 @@ static int slow_nullb_create(struct ctx *c)
 	snprintf(path, sizeof(path), "/dev/%s", c->slow_name);
 	for (i = 0; i < 100 && access(path, F_OK); i++)
 		usleep(20 * 1000);
-	c->be = open(path, O_RDWR | O_DIRECT);
+	c->be = open(path, O_RDWR | (c->slow_buffered ? 0 : O_DIRECT));
 	return c->be < 0 ? -errno : 0;
 }
 
-/* Wait until the slow device has a request in flight. */
 /*
  * Wait up to @ms for the slow device to have requests in flight (@busy) or
  * none: 0, -ETIMEDOUT or -EIO.
@@ -3181,17 +3181,18 @@ VHOST_TEST_F(hard, fatal_signal_ends_a_log_all_switch, 60)
 }
 
 /*
- * 4. A FLUSH stalled at its backend (a configfs null_blk with a write
- * cache, whose requests take 5 s) keeps the VMM neither waiting nor
- * unkillable: VHOST_SET_VRING_CALL on its ring, from the VMM's main
+ * 4. A request stalled at its backend (a configfs null_blk whose requests
+ * take 5 s) keeps the VMM neither waiting nor unkillable: a FLUSH (the
+ * device with a write cache), or a READ through the page cache of a page
+ * not cached.  VHOST_SET_VRING_CALL on its ring, from the VMM's main
  * thread, returns at once, and the VMM, killed, dies at once, its last
- * close of the device included.  The FLUSH then completes at the device
+ * close of the device included.  The request then completes at the device
  * and the device's release, left to a work item, ends: the kernel log
  * stays clean.
  */
-VHOST_TEST_F(hard, stalled_flush_leaves_the_vmm_killable, 60)
+static void stalled_request_leaves_the_vmm_killable(struct __test_metadata *_metadata,
+						    struct ctx *c, uint32_t type)
 {
-	struct ctx *c = &self->c;
 	double t0, took = -1, died;
 	int p[2], status, r;
 	struct pollfd pfd;
@@ -3199,7 +3200,8 @@ VHOST_TEST_F(hard, stalled_flush_leaves_the_vmm_killable, 60)
 	pid_t pid;
 
 	c->slow_nsec = "5000000000";
-	c->slow_cache = true;
+	c->slow_cache = type == VIRTIO_BLK_T_FLUSH;
+	c->slow_buffered = type == VIRTIO_BLK_T_IN;
 	r = slow_nullb_create(c);
 	if (r)
 		SKIP(return, "no configfs null_blk: %s", strerror(-r));
@@ -3208,15 +3210,25 @@ VHOST_TEST_F(hard, stalled_flush_leaves_the_vmm_killable, 60)
 	ASSERT_LE(0, pid);
 	if (!pid) {
 		struct vhost_vring_file call;
+		void *buf = NULL;
 
 		close(p[0]);
 		if (blk_open(c, 1, 64, V1, 4 << 20) || vmm_blk_set_backend(&c->b, c->be))
 			_exit(1);
-		if (vmm_blk_post(&c->b, 0, VIRTIO_BLK_T_FLUSH, 0, NULL, 0, 0, false, NULL) < 0)
+		if (type == VIRTIO_BLK_T_IN) {
+			buf = vmm_alloc(&c->b.vmm, 4096, 4096);
+			if (!buf)
+				_exit(1);
+		}
+		if (vmm_blk_post(&c->b, 0, type, 0, buf, buf ? 4096 : 0, buf ? 1 : 0,
+				 false, NULL) < 0)
 			_exit(1);
 		vmm_vq_kick(&c->b.vq[0]);
-		/* The FLUSH is at the device. */
-		r = slow_wait_flush(c);
+		/* The request is at the device. */
+		if (type == VIRTIO_BLK_T_FLUSH)
+			r = slow_wait_flush(c);
+		else
+			r = slow_wait_in_flight(c);
 		if (r)
 			_exit(r == -ENOENT ? 6 : 3);
 		call = (struct vhost_vring_file){ .index = 0, .fd = c->b.vq[0].call };
@@ -3248,13 +3260,23 @@ VHOST_TEST_F(hard, stalled_flush_leaves_the_vmm_killable, 60)
 		SKIP(return, "no blk-mq debugfs (CONFIG_BLK_DEBUG_FS) to see the FLUSH");
 	ASSERT_FALSE(WIFEXITED(status))
 		TH_LOG("the VMM failed to set up (%d)", WEXITSTATUS(status));
-	ASSERT_TRUE(returned) TH_LOG("VHOST_SET_VRING_CALL waited for the FLUSH");
-	TH_LOG("SET_VRING_CALL with the FLUSH in flight took %.3f s", took);
+	ASSERT_TRUE(returned) TH_LOG("VHOST_SET_VRING_CALL waited for the request");
+	TH_LOG("SET_VRING_CALL with the request in flight took %.3f s", took);
 	EXPECT_GT(1.0, took);
 	TH_LOG("the killed VMM died in %.3f s", died);
 	EXPECT_GT(1.0, died);
-	/* The FLUSH completes at the device; the release then ends. */
+	/* The request completes at the device; the release then ends. */
 	ASSERT_EQ(0, slow_wait_inflight_for(c, false, 10000));
+}
+
+VHOST_TEST_F(hard, stalled_flush_leaves_the_vmm_killable, 60)
+{
+	stalled_request_leaves_the_vmm_killable(_metadata, &self->c, VIRTIO_BLK_T_FLUSH);
+}
+
+VHOST_TEST_F(hard, stalled_page_cache_read_leaves_the_vmm_killable, 60)
+{
+	stalled_request_leaves_the_vmm_killable(_metadata, &self->c, VIRTIO_BLK_T_IN);
 }
 
 /*
