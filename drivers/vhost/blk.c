@@ -2181,8 +2181,9 @@ static long vhost_blk_set_mem_table(struct vhost_blk *blk, void __user *argp)
 }
 
 /*
- * IOTLB messages, from the owner only: an update restarts rings that
- * waited for it, in the owner's mm.
+ * IOTLB messages, from the owner only (checked under dev.mutex, held until
+ * the message is applied): an update restarts rings that waited for it, in
+ * the owner's mm.
  *
  * An invalidation does not wait for the requests in flight.  Their
  * buffers and status bytes were translated when they were submitted, and
@@ -2198,8 +2199,10 @@ static int vhost_blk_iotlb_msg(struct vhost_dev *dev, u32 asid,
 
 	mutex_lock(&dev->mutex);
 	ret = vhost_dev_check_owner(dev);
+	if (!ret)
+		ret = vhost_process_iotlb_msg(dev, asid, msg);
 	mutex_unlock(&dev->mutex);
-	return ret ? ret : vhost_process_iotlb_msg(dev, asid, msg);
+	return ret;
 }
 
 /*
