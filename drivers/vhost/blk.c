@@ -259,12 +259,11 @@ struct vhost_blk_vq {
 	unsigned int nslots;
 	struct vhost_blk_req *free;
 	/*
-	 * This ring's copy of the credentials of the VMM that set the
-	 * backend: the handler submits I/O with them, not the worker's kernel
-	 * credentials (quota, reserved blocks, setuid stripping, LSM checks).
-	 * A copy per ring, so that override_creds() on one ring's worker does
-	 * not bounce a reference count shared with the others.  Set under
-	 * dev.mutex and vq.mutex while the rings are paused and drained.
+	 * The credentials of the VMM that set the backend (a reference per
+	 * ring): the handler and slow_work submit I/O with them, not the
+	 * worker's (quota, reserved blocks, setuid stripping, LSM checks).
+	 * Set under dev.mutex and vq.mutex while the rings are paused and
+	 * drained.
 	 */
 	const struct cred *cred;
 };
@@ -1892,22 +1891,21 @@ static int vhost_blk_check_backend(struct file *file)
 	return 0;
 }
 
-/* A copy of the caller's credentials for every ring; -ENOMEM. */
+/*
+ * The caller's credentials for every ring: one copy, a reference each
+ * (override_creds() takes none, so the rings' workers share it without
+ * touching its count); -ENOMEM.
+ */
 static int vhost_blk_creds_get(const struct cred **creds)
 {
 	int i;
 
-	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
-		creds[i] = prepare_creds();
-		if (!creds[i])
-			goto err_put_creds;
-	}
+	creds[0] = prepare_creds();
+	if (!creds[0])
+		return -ENOMEM;
+	for (i = 1; i < VHOST_BLK_MAX_QUEUES; i++)
+		creds[i] = get_cred(creds[0]);
 	return 0;
-
-err_put_creds:
-	while (i--)
-		put_cred(creds[i]);
-	return -ENOMEM;
 }
 
 /*
