@@ -16,7 +16,7 @@ bases = $(if $(filter-out all,$(BASE)),$(BASE),7.3 6.1)
 
 # make bench [BASE=6.1]: the base to measure.
 bench:
-	vmq/bench $(BENCH_ARGS)
+	bench/bench $(BENCH_ARGS)
 
 check:
 	vmq/check $(TESTS)
@@ -57,7 +57,7 @@ sparse:
 
 # make bench-against REV=67fe24f: this tree's vhost-blk against REV's, one run.
 bench-against:
-	vmq/bench-against $(REV)
+	bench/bench-against $(REV)
 
 help:
 	@sed -n 's/^#   //p' Makefile

@@ -100,7 +100,6 @@ static int set_busyloop(int fd, unsigned int ring, unsigned int us)
 
 /* A device on a tmpfs file: every prerequisite but /dev/vhost-blk is ours. */
 FIXTURE(dev) {
-	bool skipped;
 	struct vmm_blk b;
 	int img;
 	void *buf;
@@ -114,7 +113,7 @@ FIXTURE_SETUP(dev)
 	self->img = -1;
 	self->busyloop_saved = -1;
 	if (why)
-		VHOST_SKIP(return, "%s", why);
+		SKIP(return, "%s", why);
 	self->img = make_image();
 	ASSERT_LE(0, self->img);
 	ASSERT_EQ(0, vmm_blk_open(&self->b, 2, 64, 1ULL << VIRTIO_F_VERSION_1, 8 << 20));
@@ -139,7 +138,7 @@ FIXTURE_TEARDOWN(dev)
 }
 
 /* The ioctls' semantics: per ring, read back, 0 disables, bad ring, owner. */
-VHOST_TEST_F(dev, busyloop_timeout_ioctls, 30)
+TEST_F_TIMEOUT(dev, busyloop_timeout_ioctls, 30)
 {
 	long def = param_read("busyloop_timeout");
 	unsigned int us = 1;
@@ -225,7 +224,7 @@ static void pin(pid_t tid, int cpu)
  * counted; at least one must be served unkicked.  With 0 nothing polls,
  * and no request is served before its kick.
  */
-VHOST_TEST_F(dev, polling_ring_serves_requests_without_kicks, 120)
+TEST_F_TIMEOUT(dev, polling_ring_serves_requests_without_kicks, 120)
 {
 	struct vmm_vq *vq = &self->b.vq[0];
 	int i, st, served = 0, tid;
@@ -325,7 +324,7 @@ TEST(more_requests_than_slots)
  * Chains longer than a slot's own iovecs (8): 32 data segments, direct and
  * indirect, data checked; then short ones again on the same slots.
  */
-VHOST_TEST_F(dev, long_chains_then_short, 30)
+TEST_F_TIMEOUT(dev, long_chains_then_short, 30)
 {
 	unsigned char *want = malloc(65536);
 	int i;

@@ -528,7 +528,6 @@ static int cgroup_of(pid_t pid, char *buf, size_t len)
 }
 
 FIXTURE(hard) {
-	bool skipped;
 	struct ctx c;
 };
 
@@ -538,9 +537,9 @@ FIXTURE_SETUP(hard)
 
 	ctx_init(&self->c);
 	if (why)
-		VHOST_SKIP(return, "%s", why);
+		SKIP(return, "%s", why);
 	if (geteuid())
-		VHOST_SKIP(return, "needs root");
+		SKIP(return, "needs root");
 }
 
 FIXTURE_TEARDOWN(hard)
@@ -549,7 +548,7 @@ FIXTURE_TEARDOWN(hard)
 }
 
 /* 1a. A regular file with ->read but no ->read_iter is no backend. */
-VHOST_TEST_F(hard, backend_without_read_iter_is_refused, 30)
+TEST_F_TIMEOUT(hard, backend_without_read_iter_is_refused, 30)
 {
 	struct ctx *c = &self->c;
 	int r;
@@ -567,7 +566,7 @@ VHOST_TEST_F(hard, backend_without_read_iter_is_refused, 30)
 }
 
 /* 1b. An O_APPEND file is no backend: guest writes would land at its end. */
-VHOST_TEST_F(hard, append_only_backend_is_refused, 30)
+TEST_F_TIMEOUT(hard, append_only_backend_is_refused, 30)
 {
 	struct ctx *c = &self->c;
 	int fd = tmpfs_file(c, 1 << 20), r;
@@ -589,7 +588,7 @@ VHOST_TEST_F(hard, append_only_backend_is_refused, 30)
 }
 
 /* 1c. O_APPEND set after SET_BACKEND: write-type requests fail, touch nothing. */
-VHOST_TEST_F(hard, backend_made_append_only_fails_writes, 30)
+TEST_F_TIMEOUT(hard, backend_made_append_only_fails_writes, 30)
 {
 	const size_t size = 1 << 20;
 	struct ctx *c = &self->c;
@@ -656,7 +655,7 @@ static int blk_stat(const char *dev, unsigned long long *v, int max)
 }
 
 /* 6. DISCARD on a block device discards: it never writes. */
-VHOST_TEST_F(hard, discard_never_writes_a_block_device, 30)
+TEST_F_TIMEOUT(hard, discard_never_writes_a_block_device, 30)
 {
 	/* 7th field: sectors written; 14th: sectors discarded. */
 	enum { WRITE_SECTORS = 6, DISCARD_SECTORS = 13 };
@@ -738,7 +737,7 @@ report:
  * least 32 KiB a ring.  Uncharged, a VMM limited to any amount of memory
  * could pin 650 KiB per fd.
  */
-VHOST_TEST_F(hard, memcg_charged_for_owners, 60)
+TEST_F_TIMEOUT(hard, memcg_charged_for_owners, 60)
 {
 	enum { DEVS = 8 };
 	const long long want = (long long)DEVS * VHOST_BLK_MAX_QUEUES * (32 << 10);
@@ -821,7 +820,7 @@ report:
  * least 192 bytes a slot.  Uncharged, a VMM limited to any amount of
  * memory could pin 4.8 MiB per fd.
  */
-VHOST_TEST_F(hard, memcg_charged_for_ring_slots, 60)
+TEST_F_TIMEOUT(hard, memcg_charged_for_ring_slots, 60)
 {
 	enum { QSIZE = 1024 };
 	const long long want = (long long)VHOST_BLK_MAX_QUEUES * QSIZE * 192;
@@ -876,7 +875,7 @@ VHOST_TEST_F(hard, memcg_charged_for_ring_slots, 60)
  * SET_BACKEND refuses DISCARD as it refuses writes: IOERR, and the data
  * stays.
  */
-VHOST_TEST_F(hard, discard_refused_on_a_read_only_block_device, 30)
+TEST_F_TIMEOUT(hard, discard_refused_on_a_read_only_block_device, 30)
 {
 	const char *why = vhost_nullb_unusable(true, true);
 	struct ctx *c = &self->c;
@@ -910,7 +909,7 @@ VHOST_TEST_F(hard, discard_refused_on_a_read_only_block_device, 30)
 }
 
 /* 6. WRITE_ZEROES on a block device zeroes, with and without UNMAP. */
-VHOST_TEST_F(hard, write_zeroes_zeroes_a_block_device, 30)
+TEST_F_TIMEOUT(hard, write_zeroes_zeroes_a_block_device, 30)
 {
 	static const uint32_t flags[] = { 0, VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP };
 	struct ctx *c = &self->c;
@@ -953,7 +952,7 @@ VHOST_TEST_F(hard, write_zeroes_zeroes_a_block_device, 30)
  * without UNMAP is only 512 bytes over: a kernel that zero-fills it anyway
  * stays bounded.
  */
-VHOST_TEST_F(hard, discard_and_write_zeroes_maximums, 120)
+TEST_F_TIMEOUT(hard, discard_and_write_zeroes_maximums, 120)
 {
 	const uint32_t unmap = VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP;
 	static const struct {
@@ -1044,7 +1043,7 @@ static int logged_dev(struct ctx *c)
 }
 
 /* 5a. An error status is guest memory the device wrote: it is logged. */
-VHOST_TEST_F(hard, status_byte_logged_on_error, 30)
+TEST_F_TIMEOUT(hard, status_byte_logged_on_error, 30)
 {
 	struct ctx *c = &self->c;
 	struct virtio_blk_outhdr *hdr;
@@ -1073,7 +1072,7 @@ VHOST_TEST_F(hard, status_byte_logged_on_error, 30)
 }
 
 /* 5b. GET_ID writes 20 bytes and the status byte: both are logged. */
-VHOST_TEST_F(hard, status_byte_logged_for_get_id, 30)
+TEST_F_TIMEOUT(hard, status_byte_logged_for_get_id, 30)
 {
 	struct ctx *c = &self->c;
 	struct virtio_blk_outhdr *hdr;
@@ -1108,7 +1107,7 @@ VHOST_TEST_F(hard, status_byte_logged_for_get_id, 30)
  * segments make 256 data iovecs: still 128 segments, which must work.  129
  * segments are too many and touch nothing.
  */
-VHOST_TEST_F(hard, segment_limit_counts_descriptors, 60)
+TEST_F_TIMEOUT(hard, segment_limit_counts_descriptors, 60)
 {
 	const unsigned int max = VHOST_BLK_SEG_MAX;
 	const size_t span = (max + 1) * 4096;
@@ -1177,7 +1176,7 @@ VHOST_TEST_F(hard, segment_limit_counts_descriptors, 60)
  * 4. Switching VHOST_F_LOG_ALL on waits for the requests in flight: when
  * VHOST_SET_FEATURES returns, a WRITE posted before is complete.
  */
-VHOST_TEST_F(hard, log_all_on_waits_for_requests, 60)
+TEST_F_TIMEOUT(hard, log_all_on_waits_for_requests, 60)
 {
 	struct ctx *c = &self->c;
 	uint64_t features = V1 | LOG_ALL;
@@ -1209,7 +1208,7 @@ VHOST_TEST_F(hard, log_all_on_waits_for_requests, 60)
  * 4. Switching VHOST_F_LOG_ALL off waits too: a READ submitted with logging
  * is complete when the call returns, and its pages are in the log.
  */
-VHOST_TEST_F(hard, log_all_off_waits_and_logs, 60)
+TEST_F_TIMEOUT(hard, log_all_off_waits_and_logs, 60)
 {
 	struct ctx *c = &self->c;
 	uint64_t features = V1;
@@ -1240,7 +1239,7 @@ VHOST_TEST_F(hard, log_all_off_waits_and_logs, 60)
 }
 
 /* 7. VHOST_SET_MEM_TABLE waits for the requests in flight. */
-VHOST_TEST_F(hard, set_mem_table_waits_for_requests, 60)
+TEST_F_TIMEOUT(hard, set_mem_table_waits_for_requests, 60)
 {
 	struct ctx *c = &self->c;
 	void *buf;
@@ -1272,7 +1271,7 @@ VHOST_TEST_F(hard, set_mem_table_waits_for_requests, 60)
  * flight (their buffers were translated at submission): it returns while
  * the READ is still at the device, and the READ completes all the same.
  */
-VHOST_TEST_F(hard, iotlb_invalidate_does_not_wait, 60)
+TEST_F_TIMEOUT(hard, iotlb_invalidate_does_not_wait, 60)
 {
 	struct ctx *c = &self->c;
 	void *buf;
@@ -1329,7 +1328,7 @@ static void *serial_setter(void *arg)
  * is one serial or the other, never a mix.  Each answer lands in twenty
  * 1-byte segments, so that copying it out takes a while.
  */
-VHOST_TEST_F(hard, get_id_never_torn, 60)
+TEST_F_TIMEOUT(hard, get_id_never_torn, 60)
 {
 	enum { BATCH = 32 };
 	struct ctx *c = &self->c;
@@ -1441,7 +1440,7 @@ static int start_rings_elsewhere(void *arg)
  * keep its thread group alive (its exit is a thread's exit) until the
  * device is released, which ends them and lets the child be reaped.
  */
-VHOST_TEST_F(hard, workers_carry_owner_identity, 60)
+TEST_F_TIMEOUT(hard, workers_carry_owner_identity, 60)
 {
 	enum { NQ = 4 };
 	struct starter s = { 0 };
@@ -1649,7 +1648,7 @@ out:
  * 1000 instead: "vhost-10000-1000".  The pid comes from clone3's set_tid
  * (ns_last_pid needs CONFIG_CHECKPOINT_RESTORE).
  */
-VHOST_TEST_F(hard, long_worker_names_read_back_whole, 180)
+TEST_F_TIMEOUT(hard, long_worker_names_read_back_whole, 180)
 {
 	struct ctx *c = &self->c;
 	char why[128], name[32], buf[32], ch = 0;
@@ -1718,7 +1717,6 @@ VHOST_TEST_F(hard, long_worker_names_read_back_whole, 180)
 
 /* ext4 on a loop device, a file on it as the backend, frozen at will. */
 FIXTURE(frozen) {
-	bool skipped;
 	struct ctx c;
 };
 
@@ -1735,9 +1733,9 @@ FIXTURE_SETUP(frozen)
 
 	ctx_init(&self->c);
 	if (why)
-		VHOST_SKIP(return, "%s", why);
+		SKIP(return, "%s", why);
 	if (geteuid())
-		VHOST_SKIP(return, "needs root");
+		SKIP(return, "needs root");
 }
 
 FIXTURE_TEARDOWN(frozen)
@@ -1804,7 +1802,7 @@ static const char *ext4_setup(struct ctx *c, bool direct)
  * 1d. A WRITE to a file on a frozen filesystem waits for the thaw, then
  * completes with its data in place.
  */
-VHOST_TEST_F(frozen, write_waits_for_thaw, 90)
+TEST_F_TIMEOUT(frozen, write_waits_for_thaw, 90)
 {
 	struct ctx *c = &self->c;
 	unsigned char *buf, *buf2, got[4096];
@@ -1872,7 +1870,7 @@ static void *thawer(void *arg)
  * WRITE completes with its data in place.  DISCARD and WRITE_ZEROES wait
  * the same way.
  */
-VHOST_TEST_F(frozen, frozen_write_holds_no_ring, 90)
+TEST_F_TIMEOUT(frozen, frozen_write_holds_no_ring, 90)
 {
 	struct ctx *c = &self->c;
 	struct thawer t = { .delay_ms = 5000 };
@@ -1975,7 +1973,7 @@ static void zeroes_on(struct __test_metadata *_metadata, struct ctx *c, int fd,
  * file (ZERO_RANGE), direct or buffered as the variant says.  A guest
  * takes an I/O error for good: Linux does not fall back to writing zeroes.
  */
-VHOST_TEST_F(frozen, write_zeroes_zeroes_a_file, 90)
+TEST_F_TIMEOUT(frozen, write_zeroes_zeroes_a_file, 90)
 {
 	struct ctx *c = &self->c;
 	const char *why = ext4_setup(c, variant->direct);
@@ -2064,7 +2062,7 @@ static int other_writer(void)
  * streaming while the filesystem is frozen and thawed FREEZE_CYCLES times,
  * each freeze within a second; then every write is on the file.
  */
-VHOST_TEST_F(frozen, writes_leave_the_filesystem_freezable, 180)
+TEST_F_TIMEOUT(frozen, writes_leave_the_filesystem_freezable, 180)
 {
 	struct ctx *c = &self->c;
 	const char *why = ext4_setup(c, variant->direct);
@@ -2151,7 +2149,6 @@ VHOST_TEST_F(frozen, writes_leave_the_filesystem_freezable, 180)
 
 /* 3. Extra workers count against the caller's RLIMIT_NPROC. */
 FIXTURE(nproc) {
-	bool skipped;
 	struct ctx c;
 };
 
@@ -2170,9 +2167,9 @@ FIXTURE_SETUP(nproc)
 
 	ctx_init(&self->c);
 	if (why)
-		VHOST_SKIP(return, "%s", why);
+		SKIP(return, "%s", why);
 	if (geteuid())
-		VHOST_SKIP(return, "needs root (to set up as root, then drop to uid %d)",
+		SKIP(return, "needs root (to set up as root, then drop to uid %d)",
 			   NOBODY);
 }
 
@@ -2291,7 +2288,7 @@ static void nproc_child(const char *dev, int out)
 	_exit(0);
 }
 
-VHOST_TEST_F(nproc, workers_charged_to_rlimit_nproc, 60)
+TEST_F_TIMEOUT(nproc, workers_charged_to_rlimit_nproc, 60)
 {
 	char msg[256] = "";
 	int p[2], status;
@@ -2339,7 +2336,7 @@ static int knob_set(struct ctx *c, const char *path, const char *val)
  * a completed bio gives back.  Freed when the request is returned, by that
  * same worker, it never comes; freed at end_io, it does.
  */
-VHOST_TEST_F(hard, bio_pool_reserve_never_waits_on_its_worker, 60)
+TEST_F_TIMEOUT(hard, bio_pool_reserve_never_waits_on_its_worker, 60)
 {
 	enum { NREQ = 16 };
 	const char *fs = "/sys/kernel/debug/failslab";
@@ -2410,7 +2407,7 @@ VHOST_TEST_F(hard, bio_pool_reserve_never_waits_on_its_worker, 60)
  * guest WRITE drops what a buffered reader cached of the range, and a guest
  * READ sees what a buffered writer left dirty in the cache.
  */
-VHOST_TEST_F(hard, bio_path_page_cache_coherent, 60)
+TEST_F_TIMEOUT(hard, bio_path_page_cache_coherent, 60)
 {
 	const char *why = vhost_nullb_unusable(true, false);
 	struct ctx *c = &self->c;
@@ -2454,7 +2451,7 @@ VHOST_TEST_F(hard, bio_path_page_cache_coherent, 60)
  * fsck finds it intact.  Truncating those pages, as BLKDISCARD must not
  * either, leaves ext4 writing unmapped buffer heads (a BUG).
  */
-VHOST_TEST_F(hard, discard_spares_a_mounted_filesystem, 60)
+TEST_F_TIMEOUT(hard, discard_spares_a_mounted_filesystem, 60)
 {
 	const char *why;
 	struct ctx *c = &self->c;
@@ -2498,7 +2495,7 @@ VHOST_TEST_F(hard, discard_spares_a_mounted_filesystem, 60)
 }
 
 /* 4. The busy-poll timeout is capped. */
-VHOST_TEST_F(hard, busyloop_timeout_capped, 30)
+TEST_F_TIMEOUT(hard, busyloop_timeout_capped, 30)
 {
 	struct ctx *c = &self->c;
 	struct vhost_vring_state st = { .index = 0 };
@@ -2522,7 +2519,7 @@ VHOST_TEST_F(hard, busyloop_timeout_capped, 30)
  * forked child holding the fd gets -EPERM from the ioctl; its IOTLB
  * messages fail (the vhost core reports every refused message as -EFAULT).
  */
-VHOST_TEST_F(hard, non_owner_cannot_set_features_or_iotlb, 30)
+TEST_F_TIMEOUT(hard, non_owner_cannot_set_features_or_iotlb, 30)
 {
 	uint64_t bf = 1ULL << VHOST_BACKEND_F_IOTLB_MSG_V2, f = V1 | PLATFORM;
 	struct ctx *c = &self->c;
@@ -2562,7 +2559,7 @@ VHOST_TEST_F(hard, non_owner_cannot_set_features_or_iotlb, 30)
  * gets EPERM from each, the ring, worker and backend ones included, and
  * changes nothing.
  */
-VHOST_TEST_F(hard, non_owner_gets_eperm_from_every_ioctl, 30)
+TEST_F_TIMEOUT(hard, non_owner_gets_eperm_from_every_ioctl, 30)
 {
 	struct vhost_vring_state num = { .index = 0, .num = 64 };
 	struct vhost_vring_state base = { .index = 0, .num = 0 };
@@ -2669,7 +2666,7 @@ static void *flip_timeout(void *arg)
 	return NULL;
 }
 
-VHOST_TEST_F(hard, busyloop_timeout_cap_holds_against_a_racing_argument, 60)
+TEST_F_TIMEOUT(hard, busyloop_timeout_cap_holds_against_a_racing_argument, 60)
 {
 	enum { ROUNDS = 20000 };
 	struct vhost_vring_state st = { .index = 0 }, got = { .index = 0 };
@@ -2702,7 +2699,7 @@ VHOST_TEST_F(hard, busyloop_timeout_cap_holds_against_a_racing_argument, 60)
  * addresses, and a request there (memory that is no longer a ring) must not
  * reach the disk.  Set up again, it is served.
  */
-VHOST_TEST_F(hard, detached_ring_stays_stopped_until_set_up, 30)
+TEST_F_TIMEOUT(hard, detached_ring_stays_stopped_until_set_up, 30)
 {
 	const char *why = vhost_nullb_unusable(true, false);
 	struct ctx *c = &self->c;
@@ -2751,7 +2748,7 @@ VHOST_TEST_F(hard, detached_ring_stays_stopped_until_set_up, 30)
  * each such ring is served after the next SET_BACKEND, the ring left
  * alone is not until its kick is set again.
  */
-VHOST_TEST_F(hard, ring_set_up_again_by_num_base_or_addr, 30)
+TEST_F_TIMEOUT(hard, ring_set_up_again_by_num_base_or_addr, 30)
 {
 	const char *why = vhost_nullb_unusable(false, false);
 	struct ctx *c = &self->c;
@@ -2802,7 +2799,7 @@ VHOST_TEST_F(hard, ring_set_up_again_by_num_base_or_addr, 30)
  * 11. worker_pool=2: four rings on a pool of two workers, round robin
  * (rings 0 and 2 on one, 1 and 3 on the other), each ring serving I/O.
  */
-VHOST_TEST_F(hard, worker_pool_of_two_shares_round_robin, 30)
+TEST_F_TIMEOUT(hard, worker_pool_of_two_shares_round_robin, 30)
 {
 	const char *why = vhost_nullb_unusable(false, false);
 	struct ctx *c = &self->c;
@@ -2838,7 +2835,7 @@ VHOST_TEST_F(hard, worker_pool_of_two_shares_round_robin, 30)
  * 11. DISCARD on a block device that cannot discard (a configfs null_blk
  * without discard) is a hint not taken: VIRTIO_BLK_S_OK, data unchanged.
  */
-VHOST_TEST_F(hard, discard_on_a_device_that_cannot_discard, 30)
+TEST_F_TIMEOUT(hard, discard_on_a_device_that_cannot_discard, 30)
 {
 	struct ctx *c = &self->c;
 	unsigned char *buf, *got;
@@ -3005,7 +3002,7 @@ static int detach(struct ctx *c)
  * answers and the READ completes.  A thread answers after 5 s, should the
  * write hang.
  */
-VHOST_TEST_F(hard, iotlb_invalidate_never_waits_for_a_miss, 60)
+TEST_F_TIMEOUT(hard, iotlb_invalidate_never_waits_for_a_miss, 60)
 {
 	struct ctx *c = &self->c;
 	int r = evicted_completion(_metadata, c), answered;
@@ -3025,7 +3022,7 @@ VHOST_TEST_F(hard, iotlb_invalidate_never_waits_for_a_miss, 60)
  * from its main loop): the detach returns at once, dropping the request
  * whose used ring it cannot reach, instead of waiting for the VMM.
  */
-VHOST_TEST_F(hard, detach_never_waits_for_a_miss, 60)
+TEST_F_TIMEOUT(hard, detach_never_waits_for_a_miss, 60)
 {
 	struct ctx *c = &self->c;
 	int r = evicted_completion(_metadata, c), answered;
@@ -3160,22 +3157,22 @@ static void killed_in_drain(struct __test_metadata *_metadata, struct ctx *c,
 	close(devfd);
 }
 
-VHOST_TEST_F(hard, fatal_signal_ends_set_mem_table, 60)
+TEST_F_TIMEOUT(hard, fatal_signal_ends_set_mem_table, 60)
 {
 	killed_in_drain(_metadata, &self->c, IN_SET_MEM_TABLE);
 }
 
-VHOST_TEST_F(hard, fatal_signal_ends_set_backend, 60)
+TEST_F_TIMEOUT(hard, fatal_signal_ends_set_backend, 60)
 {
 	killed_in_drain(_metadata, &self->c, IN_SET_BACKEND);
 }
 
-VHOST_TEST_F(hard, fatal_signal_ends_reset_owner, 60)
+TEST_F_TIMEOUT(hard, fatal_signal_ends_reset_owner, 60)
 {
 	killed_in_drain(_metadata, &self->c, IN_RESET_OWNER);
 }
 
-VHOST_TEST_F(hard, fatal_signal_ends_a_log_all_switch, 60)
+TEST_F_TIMEOUT(hard, fatal_signal_ends_a_log_all_switch, 60)
 {
 	killed_in_drain(_metadata, &self->c, IN_LOG_ALL);
 }
@@ -3269,12 +3266,12 @@ static void stalled_request_leaves_the_vmm_killable(struct __test_metadata *_met
 	ASSERT_EQ(0, slow_wait_inflight_for(c, false, 10000));
 }
 
-VHOST_TEST_F(hard, stalled_flush_leaves_the_vmm_killable, 60)
+TEST_F_TIMEOUT(hard, stalled_flush_leaves_the_vmm_killable, 60)
 {
 	stalled_request_leaves_the_vmm_killable(_metadata, &self->c, VIRTIO_BLK_T_FLUSH);
 }
 
-VHOST_TEST_F(hard, stalled_page_cache_read_leaves_the_vmm_killable, 60)
+TEST_F_TIMEOUT(hard, stalled_page_cache_read_leaves_the_vmm_killable, 60)
 {
 	stalled_request_leaves_the_vmm_killable(_metadata, &self->c, VIRTIO_BLK_T_IN);
 }
@@ -3286,7 +3283,7 @@ VHOST_TEST_F(hard, stalled_page_cache_read_leaves_the_vmm_killable, 60)
  * keeps no data.  It completes, all of it: no length is cut to 32 bits on
  * the way.
  */
-VHOST_TEST_F(hard, request_over_4_gib, 120)
+TEST_F_TIMEOUT(hard, request_over_4_gib, 120)
 {
 	const size_t big_len = 3ULL << 29;	/* 1.5 GiB */
 	struct ctx *c = &self->c;

@@ -12,7 +12,7 @@
 
 #include "vhost_blk_lib.h"
 
-static void blk_reset(struct vmm_blk *b, unsigned int nq)
+void vmm_blk_reset(struct vmm_blk *b, unsigned int nq)
 {
 	unsigned int q;
 
@@ -24,8 +24,7 @@ static void blk_reset(struct vmm_blk *b, unsigned int nq)
 	b->nq = nq;
 }
 
-/* Ring @q's request slots: a header and a status byte each. */
-static int blk_slots_init(struct vmm_blk *b, unsigned int q, unsigned int qsize)
+int vmm_blk_slots_init(struct vmm_blk *b, unsigned int q, unsigned int qsize)
 {
 	unsigned int i;
 
@@ -55,7 +54,7 @@ int vmm_blk_open_fork(struct vmm_blk *b, unsigned int nq, unsigned int qsize,
 	unsigned int q;
 	int r;
 
-	blk_reset(b, nq);
+	vmm_blk_reset(b, nq);
 	b->fd = open("/dev/vhost-blk", O_RDWR | O_CLOEXEC);
 	if (b->fd < 0)
 		return -errno;
@@ -101,42 +100,9 @@ int vmm_blk_add_ring(struct vmm_blk *b, unsigned int q, unsigned int qsize)
 	if (!r)
 		r = vmm_vq_setup(&b->vq[q], b->fd);
 	if (!r)
-		r = blk_slots_init(b, q, qsize);
+		r = vmm_blk_slots_init(b, q, qsize);
 	if (!r && q >= b->nq)
 		b->nq = q + 1;
-	return r;
-}
-
-int vmm_blk_open_user(struct vmm_blk *b, const char *path, unsigned int nq,
-		      unsigned int qsize, uint64_t features, size_t mem_size)
-{
-	uint64_t offered;
-	unsigned int q;
-	int r;
-
-	blk_reset(b, nq);
-	b->fd = vu_connect(path);
-	if (b->fd < 0)
-		return b->fd;
-	r = vu_get_features(b->fd, &offered);
-	if (r)
-		return r;
-	if ((features & offered) != features)
-		return -EOPNOTSUPP;
-	r = vu_set_owner(b->fd);
-	if (!r)
-		r = vu_set_features(b->fd, features);
-	if (!r)
-		r = vmm_init_shared(&b->vmm, mem_size);
-	if (!r)
-		r = vu_set_mem_table(b->fd, &b->vmm);
-	for (q = 0; !r && q < nq; q++) {
-		r = vmm_vq_init(&b->vmm, &b->vq[q], q, qsize);
-		if (!r)
-			r = blk_slots_init(b, q, qsize);
-		if (!r)
-			r = vu_vq_setup(b->fd, &b->vq[q]);
-	}
 	return r;
 }
 

@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * A virtio-blk "driver" over /dev/vhost-blk, for selftests and the
- * benchmark: rings, request slots (header + status) and helpers that post
- * and reap requests.
+ * A virtio-blk "driver" over /dev/vhost-blk, for the selftests: rings,
+ * request slots (header + status) and helpers that post and reap requests.
  */
 #ifndef VHOST_BLK_LIB_H
 #define VHOST_BLK_LIB_H
@@ -11,7 +10,6 @@
 #include <linux/virtio_blk.h>
 #include <stdalign.h>
 #include "vhost_vmm.h"
-#include "vhost_user_lib.h"
 
 /*
  * 64-byte aligned: alignas on the first member aligns (and pads) the whole
@@ -49,14 +47,14 @@ int vmm_blk_add_ring(struct vmm_blk *b, unsigned int q, unsigned int qsize);
  */
 int vmm_blk_open_fork(struct vmm_blk *b, unsigned int nq, unsigned int qsize,
 		      uint64_t features, size_t mem_size, int fork_owner);
-/*
- * The same against a vhost-user-blk backend listening on unix socket
- * @path instead of /dev/vhost-blk (b->fd is then the socket): the benchmark
- * drives a userspace backend with the very same driver.
- */
-int vmm_blk_open_user(struct vmm_blk *b, const char *path, unsigned int nq,
-		      unsigned int qsize, uint64_t features, size_t mem_size);
 void vmm_blk_close(struct vmm_blk *b);
+/*
+ * For a driver over another transport: @b emptied for @nq rings (no fd, no
+ * eventfds), and ring @q's request slots (a header and a status byte
+ * each) carved from b->vmm.
+ */
+void vmm_blk_reset(struct vmm_blk *b, unsigned int nq);
+int vmm_blk_slots_init(struct vmm_blk *b, unsigned int q, unsigned int qsize);
 int vmm_blk_set_backend(struct vmm_blk *b, int fd);
 /*
  * Set ring @q up again (its kick, as before), as a VMM restarting a device

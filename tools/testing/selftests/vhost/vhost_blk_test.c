@@ -128,7 +128,6 @@ static void faults_restore(int was_on)
 }
 
 FIXTURE(blk) {
-	bool skipped;
 	struct vmm_blk b;
 	int backing;		/* what vhost-blk serves */
 	int check;		/* the same store, for checking behind its back */
@@ -167,7 +166,7 @@ FIXTURE_SETUP(blk)
 	    geteuid())
 		why = "needs root (a loop device)";
 	if (why)
-		VHOST_SKIP(return, "%s", why);
+		SKIP(return, "%s", why);
 	if (variant->backend != BE_NULLB) {
 		self->img = make_image();
 		ASSERT_LE(0, self->img);
@@ -175,7 +174,7 @@ FIXTURE_SETUP(blk)
 	}
 	if (variant->backend == BE_LOOP || variant->backend == BE_EXT4_FILE) {
 		if (make_loop(self->img, self->loop, sizeof(self->loop)))
-			VHOST_SKIP(return, "no loop device (CONFIG_BLK_DEV_LOOP)");
+			SKIP(return, "no loop device (CONFIG_BLK_DEV_LOOP)");
 		path = self->loop;
 	}
 	if (variant->backend == BE_EXT4_FILE) {
@@ -184,13 +183,13 @@ FIXTURE_SETUP(blk)
 
 		snprintf(cmd, sizeof(cmd), "mkfs.ext4 -q -F %s >/dev/null 2>&1", self->loop);
 		if (system(cmd))
-			VHOST_SKIP(return, "mkfs.ext4 failed (e2fsprogs missing?)");
+			SKIP(return, "mkfs.ext4 failed (e2fsprogs missing?)");
 		mkdir(EXT4_DIR, 0755);
 		faults = faults_off();
 		r = mount(self->loop, EXT4_DIR, "ext4", 0, NULL);
 		faults_restore(faults);
 		if (r)
-			VHOST_SKIP(return, "cannot mount ext4 (CONFIG_EXT4_FS)");
+			SKIP(return, "cannot mount ext4 (CONFIG_EXT4_FS)");
 		self->mounted = true;
 		fd = open(EXT4_IMG, O_RDWR | O_CREAT | O_TRUNC, 0600);
 		ASSERT_LE(0, fd);
@@ -250,7 +249,7 @@ static ssize_t store_read(int fd, void *buf, size_t len, uint64_t sector)
 	return r;
 }
 
-VHOST_TEST_F(blk, write_read_verify, 30)
+TEST_F_TIMEOUT(blk, write_read_verify, 30)
 {
 	static const struct { uint64_t sector; uint32_t len; } io[] = {
 		{ 0, 4096 }, { 8, 512 }, { 100, 65536 }, { 4000, 131072 },
@@ -288,7 +287,7 @@ VHOST_TEST_F(blk, write_read_verify, 30)
  * count): vhost-blk must leave the status byte out of the data iovecs, or
  * an aligned read fails with IOERR.
  */
-VHOST_TEST_F(blk, status_shares_the_last_data_descriptor, 30)
+TEST_F_TIMEOUT(blk, status_shares_the_last_data_descriptor, 30)
 {
 	/* Whole 4 KiB blocks: the loop and ext4 backends take no less. */
 	static const uint32_t lens[][3] = {
@@ -331,7 +330,7 @@ VHOST_TEST_F(blk, status_shares_the_last_data_descriptor, 30)
 	}
 }
 
-VHOST_TEST_F(blk, indirect_and_many_segments, 30)
+TEST_F_TIMEOUT(blk, indirect_and_many_segments, 30)
 {
 	uint32_t used;
 	void *tok;
@@ -351,7 +350,7 @@ VHOST_TEST_F(blk, indirect_and_many_segments, 30)
 	EXPECT_EQ(0, memcmp(self->buf, self->buf2, 32 * 4096));
 }
 
-VHOST_TEST_F(blk, flush_and_get_id, 30)
+TEST_F_TIMEOUT(blk, flush_and_get_id, 30)
 {
 	struct vhost_blk_serial s = { .serial = "vmq-serial-0123" };
 	char id[VHOST_BLK_SERIAL_LEN + 4];
@@ -403,7 +402,7 @@ static void check_zeroed(struct __test_metadata *_metadata,
  * (a block device may keep the data; the page cache of a buffered backend
  * may still hold it).  It completes and leaves the rest alone.
  */
-VHOST_TEST_F(blk, discard_spares_neighbours, 30)
+TEST_F_TIMEOUT(blk, discard_spares_neighbours, 30)
 {
 	const char *why = variant->backend == BE_NULLB ?
 			  vhost_nullb_unusable(true, true) : NULL;
@@ -425,18 +424,18 @@ VHOST_TEST_F(blk, discard_spares_neighbours, 30)
 			    65536 - 72 * 512));
 }
 
-VHOST_TEST_F(blk, write_zeroes, 30)
+TEST_F_TIMEOUT(blk, write_zeroes, 30)
 {
 	check_zeroed(_metadata, self, VIRTIO_BLK_T_WRITE_ZEROES, 0);
 }
 
-VHOST_TEST_F(blk, write_zeroes_unmap, 30)
+TEST_F_TIMEOUT(blk, write_zeroes_unmap, 30)
 {
 	check_zeroed(_metadata, self, VIRTIO_BLK_T_WRITE_ZEROES,
 		     VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP);
 }
 
-VHOST_TEST_F(blk, unsupported_and_malformed_requests, 30)
+TEST_F_TIMEOUT(blk, unsupported_and_malformed_requests, 30)
 {
 	struct vmm_vq *vq = &self->b.vq[3];
 	struct vmm_blk_slot *s;
@@ -519,7 +518,7 @@ VHOST_TEST_F(blk, unsupported_and_malformed_requests, 30)
 					      self->buf2, 512));
 }
 
-VHOST_TEST_F(blk, address_outside_memory_stops_the_ring, 30)
+TEST_F_TIMEOUT(blk, address_outside_memory_stops_the_ring, 30)
 {
 	struct vhost_vring_file err = { .index = 0 };
 	struct vmm_vq *vq = &self->b.vq[0];
@@ -558,7 +557,7 @@ VHOST_TEST_F(blk, address_outside_memory_stops_the_ring, 30)
 	close(err.fd);
 }
 
-VHOST_TEST_F(blk, all_queues_busy_each_on_its_worker, 300)
+TEST_F_TIMEOUT(blk, all_queues_busy_each_on_its_worker, 300)
 {
 	unsigned int q, i, ids[4];
 	int tids[4], all[8], n;
@@ -658,7 +657,7 @@ static const char *what_is(const void *got, uint64_t sector, unsigned int gen)
 	return what;
 }
 
-VHOST_TEST_F(blk, detach_and_swap_backend_under_load, 300)
+TEST_F_TIMEOUT(blk, detach_and_swap_backend_under_load, 300)
 {
 	unsigned int round, k, q;
 	int fd2;

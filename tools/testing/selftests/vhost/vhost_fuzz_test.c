@@ -3583,7 +3583,6 @@ static unsigned int fz_seconds(unsigned int share, unsigned int total)
 }
 
 FIXTURE(fuzz) {
-	bool skipped;
 	struct fuzz *f;
 };
 
@@ -3662,7 +3661,7 @@ FIXTURE_SETUP(fuzz)
 	int r;
 
 	if (why)
-		VHOST_SKIP(return, "%s", why);
+		SKIP(return, "%s", why);
 	f = calloc(1, sizeof(*f));
 	ASSERT_NE(NULL, f);
 	self->f = f;
@@ -3739,7 +3738,7 @@ FIXTURE_SETUP(fuzz)
 	} else {
 		r = fz_tap_open(f);
 		if (r == -ENOENT || r == -ENODEV)
-			VHOST_SKIP(return, "no tap device (CONFIG_TUN): %s", strerror(-r));
+			SKIP(return, "no tap device (CONFIG_TUN): %s", strerror(-r));
 		ASSERT_EQ(0, r) TH_LOG("tap: %s", strerror(-r));
 	}
 }
@@ -3809,7 +3808,7 @@ FIXTURE_TEARDOWN(fuzz)
 	self->f = NULL;
 }
 
-VHOST_TEST_F(fuzz, run, FZ_TEST_TIMEOUT)
+TEST_F_TIMEOUT(fuzz, run, FZ_TEST_TIMEOUT)
 {
 	struct fuzz *f = self->f;
 	struct timespec now;

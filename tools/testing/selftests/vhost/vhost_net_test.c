@@ -32,7 +32,6 @@
 #define FRAME_LEN	(ETH_HLEN + 200)
 
 FIXTURE(net) {
-	bool skipped;
 	struct vmm_net n;
 };
 
@@ -42,15 +41,14 @@ FIXTURE_SETUP(net)
 	int r;
 
 	if (why)
-		VHOST_SKIP(return, "%s", why);
+		SKIP(return, "%s", why);
 	r = vmm_net_open(&self->n, 256, "vmqtap%d");
 	ASSERT_EQ(0, r) TH_LOG("vmm_net_open: %s", strerror(-r));
 }
 
 FIXTURE_TEARDOWN(net)
 {
-	if (!self->skipped)
-		vmm_net_close(&self->n);
+	vmm_net_close(&self->n);
 }
 
 static void check_tx(struct __test_metadata *_metadata, struct vmm_net *n,
@@ -80,17 +78,17 @@ static void check_tx(struct __test_metadata *_metadata, struct vmm_net *n,
 	ASSERT_EQ(0, vmm_vq_in_flight(&n->vq[VMM_NET_TX]));
 }
 
-VHOST_TEST_F(net, tx_frames_reach_the_wire, 30)
+TEST_F_TIMEOUT(net, tx_frames_reach_the_wire, 30)
 {
 	check_tx(_metadata, &self->n, false);
 }
 
-VHOST_TEST_F(net, tx_indirect_chains, 30)
+TEST_F_TIMEOUT(net, tx_indirect_chains, 30)
 {
 	check_tx(_metadata, &self->n, true);
 }
 
-VHOST_TEST_F(net, rx_frames_reach_the_guest, 30)
+TEST_F_TIMEOUT(net, rx_frames_reach_the_guest, 30)
 {
 	unsigned char frame[2048];
 	int i, got = 0;
@@ -180,7 +178,7 @@ static int pin(int tid, int cpu)
  * RX something to receive.)  Rounds go on until 10 caught TX polling, 40
  * at most: fewer fails the test, as a poll that never happens would.
  */
-VHOST_TEST_F(net, busy_poll_yields_to_the_paired_ring_worker, 120)
+TEST_F_TIMEOUT(net, busy_poll_yields_to_the_paired_ring_worker, 120)
 {
 	struct vhost_vring_worker w = { .index = VMM_NET_TX,
 					.worker_id = VHOST_VRING_NEW_WORKER };
@@ -241,7 +239,7 @@ VHOST_TEST_F(net, busy_poll_yields_to_the_paired_ring_worker, 120)
  * 3 caught TX polling, 30 at most (a loaded host caught 3 in 13): fewer
  * fails the test.
  */
-VHOST_TEST_F(net, busy_poll_ends_for_a_vmm_ioctl, 90)
+TEST_F_TIMEOUT(net, busy_poll_ends_for_a_vmm_ioctl, 90)
 {
 	struct vhost_vring_worker w = { .index = VMM_NET_TX,
 					.worker_id = VHOST_VRING_NEW_WORKER };
@@ -306,7 +304,6 @@ VHOST_TEST_F(net, busy_poll_ends_for_a_vmm_ioctl, 90)
 
 /* Ring setup error paths: what a buggy or hostile VMM gets back. */
 FIXTURE(ring) {
-	bool skipped;
 	int fd;
 	struct vmm vmm;
 };
@@ -317,7 +314,7 @@ FIXTURE_SETUP(ring)
 
 	self->fd = -1;
 	if (why)
-		VHOST_SKIP(return, "%s", why);
+		SKIP(return, "%s", why);
 	self->fd = open("/dev/vhost-net", O_RDWR);
 	ASSERT_LE(0, self->fd);
 	ASSERT_EQ(0, vmm_init(&self->vmm, 1 << 20));
@@ -330,7 +327,7 @@ FIXTURE_TEARDOWN(ring)
 	vmm_free(&self->vmm);
 }
 
-VHOST_TEST_F(ring, calls_before_set_owner_fail, 30)
+TEST_F_TIMEOUT(ring, calls_before_set_owner_fail, 30)
 {
 	struct vhost_vring_state s = { .index = 0, .num = 256 };
 
@@ -339,7 +336,7 @@ VHOST_TEST_F(ring, calls_before_set_owner_fail, 30)
 	EXPECT_EQ(EPERM, errno);
 }
 
-VHOST_TEST_F(ring, second_set_owner_is_busy, 30)
+TEST_F_TIMEOUT(ring, second_set_owner_is_busy, 30)
 {
 	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
 	EXPECT_EQ(-1, ioctl(self->fd, VHOST_SET_OWNER, NULL));
@@ -349,7 +346,7 @@ VHOST_TEST_F(ring, second_set_owner_is_busy, 30)
 	EXPECT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
 }
 
-VHOST_TEST_F(ring, bad_ring_index, 30)
+TEST_F_TIMEOUT(ring, bad_ring_index, 30)
 {
 	struct vhost_vring_state s = { .index = 2, .num = 256 };
 	struct vhost_vring_file f = { .index = 1000, .fd = -1 };
@@ -361,7 +358,7 @@ VHOST_TEST_F(ring, bad_ring_index, 30)
 	EXPECT_EQ(ENOBUFS, errno);
 }
 
-VHOST_TEST_F(ring, bad_ring_size, 30)
+TEST_F_TIMEOUT(ring, bad_ring_size, 30)
 {
 	unsigned int bad[] = { 0, 3, 100, 0x10000, 0x20000 };
 	unsigned int i;
@@ -376,7 +373,7 @@ VHOST_TEST_F(ring, bad_ring_size, 30)
 	}
 }
 
-VHOST_TEST_F(ring, bad_ring_addresses, 30)
+TEST_F_TIMEOUT(ring, bad_ring_addresses, 30)
 {
 	struct vmm_vq vq;
 	struct vhost_vring_addr a;
@@ -404,7 +401,7 @@ VHOST_TEST_F(ring, bad_ring_addresses, 30)
 	vmm_vq_free(&vq);
 }
 
-VHOST_TEST_F(ring, bad_memory_tables, 30)
+TEST_F_TIMEOUT(ring, bad_memory_tables, 30)
 {
 	struct {
 		struct vhost_memory m;
@@ -421,7 +418,7 @@ VHOST_TEST_F(ring, bad_memory_tables, 30)
 	EXPECT_EQ(0, vmm_set_mem_table(&self->vmm, self->fd));
 }
 
-VHOST_TEST_F(ring, non_owner_is_refused, 30)
+TEST_F_TIMEOUT(ring, non_owner_is_refused, 30)
 {
 	struct vhost_vring_state s = { .index = 0, .num = 64 };
 	int status;
@@ -444,7 +441,7 @@ VHOST_TEST_F(ring, non_owner_is_refused, 30)
 	EXPECT_EQ(0, ioctl(self->fd, VHOST_SET_VRING_NUM, &s));
 }
 
-VHOST_TEST_F(ring, busy_ring_refuses_resize, 30)
+TEST_F_TIMEOUT(ring, busy_ring_refuses_resize, 30)
 {
 	struct vmm_net n;
 	struct vhost_vring_state s = { .index = VMM_NET_TX, .num = 64 };

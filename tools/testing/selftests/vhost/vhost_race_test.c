@@ -90,7 +90,6 @@ struct stream {
 };
 
 FIXTURE(race) {
-	bool skipped;
 	struct vmm_blk b;
 	bool open;
 	const char *path;
@@ -346,14 +345,14 @@ FIXTURE_SETUP(race)
 	self->b.fd = -1;
 	why = vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK");
 	if (why)
-		VHOST_SKIP(return, "%s", why);
+		SKIP(return, "%s", why);
 	if (geteuid())
-		VHOST_SKIP(return, "needs root (block devices, loop, mount)");
+		SKIP(return, "needs root (block devices, loop, mount)");
 	self->path = NULLB;
 	/* Every block is checked against what was last written to it. */
 	why = variant->ext4 ? NULL : vhost_nullb_unusable(true, false);
 	if (why)
-		VHOST_SKIP(return, "%s", why);
+		SKIP(return, "%s", why);
 	if (variant->ext4) {
 		char cmd[128];
 		int fd;
@@ -364,14 +363,14 @@ FIXTURE_SETUP(race)
 		ASSERT_LE(0, self->img);
 		ASSERT_EQ(0, ftruncate(self->img, EXT4_IMG_SIZE));
 		if (make_loop(self->img, self->loop, sizeof(self->loop)))
-			VHOST_SKIP(return, "no loop device (CONFIG_BLK_DEV_LOOP)");
+			SKIP(return, "no loop device (CONFIG_BLK_DEV_LOOP)");
 		snprintf(cmd, sizeof(cmd), "mkfs.ext4 -q -F %s >/dev/null 2>&1",
 			 self->loop);
 		if (system(cmd))
-			VHOST_SKIP(return, "mkfs.ext4 failed (e2fsprogs missing?)");
+			SKIP(return, "mkfs.ext4 failed (e2fsprogs missing?)");
 		mkdir(EXT4_DIR, 0755);
 		if (mount(self->loop, EXT4_DIR, "ext4", 0, NULL))
-			VHOST_SKIP(return, "cannot mount ext4 (CONFIG_EXT4_FS): %s",
+			SKIP(return, "cannot mount ext4 (CONFIG_EXT4_FS): %s",
 				   strerror(errno));
 		self->mounted = true;
 		/* Sparse: the first write to each block allocates it. */
@@ -624,7 +623,7 @@ static void lanes_forget(FIXTURE_DATA(race) * self)
 			self->st.lane[q][l].post_gen = 0;
 }
 
-VHOST_TEST_F(race, close_fd, TEST_TIMEOUT)
+TEST_F_TIMEOUT(race, close_fd, TEST_TIMEOUT)
 {
 	unsigned int bind[VHOST_BLK_MAX_QUEUES];
 	int n;
@@ -721,7 +720,7 @@ static int dev_resetup(FIXTURE_DATA(race) * self)
 	return vmm_blk_set_backend(b, self->backing);
 }
 
-VHOST_TEST_F(race, reset_owner, TEST_TIMEOUT)
+TEST_F_TIMEOUT(race, reset_owner, TEST_TIMEOUT)
 {
 	struct vhost_vring_worker w = { .index = 0 };
 	unsigned int bind[VHOST_BLK_MAX_QUEUES];
@@ -764,7 +763,7 @@ VHOST_TEST_F(race, reset_owner, TEST_TIMEOUT)
 	EXPECT_LT(0, self->st.ok) TH_LOG("no write ever completed");
 }
 
-VHOST_TEST_F(race, set_backend_swap, TEST_TIMEOUT)
+TEST_F_TIMEOUT(race, set_backend_swap, TEST_TIMEOUT)
 {
 	int r = dev_open(self);
 	unsigned int q;
@@ -813,7 +812,7 @@ static bool bound(const unsigned int *bind, unsigned int id)
 	return false;
 }
 
-VHOST_TEST_F(race, worker_rebind, TEST_TIMEOUT)
+TEST_F_TIMEOUT(race, worker_rebind, TEST_TIMEOUT)
 {
 	unsigned int bind[VHOST_BLK_MAX_QUEUES], q;
 	int r = dev_open(self), n;

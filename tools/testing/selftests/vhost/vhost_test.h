@@ -15,48 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-/*
- * TEST_F whose body does not run when FIXTURE_SETUP skipped: 6.1's harness
- * runs the body after a SKIP() in setup.  The fixture sets self->skipped
- * before skipping.
- *
- * struct _test_data_##fixture and struct _fixture_variant_##fixture are what
- * the harness's FIXTURE_DATA(fixture) and FIXTURE_VARIANT(fixture) expand to.
- */
-#define VHOST_TEST_F(fixture, name, timeout)				\
-	static void fixture##_##name##_body(				\
-		struct __test_metadata *_metadata,			\
-		struct _test_data_##fixture *self,			\
-		const struct _fixture_variant_##fixture *variant);	\
-	TEST_F_TIMEOUT(fixture, name, timeout)				\
-	{								\
-		if (!self->skipped)					\
-			fixture##_##name##_body(_metadata, self, variant); \
-	}								\
-	static void fixture##_##name##_body(				\
-		struct __test_metadata *_metadata,			\
-		struct _test_data_##fixture *self,			\
-		const struct _fixture_variant_##fixture *variant)
-
-/*
- * Mark the running test failed without an assertion's message.  6.1's
- * harness keeps the verdict in ->passed, 7.3's in ->exit_code (it came
- * with XFAIL_ADD, which 6.1 lacks).
- */
-#ifdef XFAIL_ADD
+/* Mark the running test failed without an assertion's message. */
 #define VHOST_TEST_FAILED(md)	((md)->exit_code = KSFT_FAIL)
-#else
-#define VHOST_TEST_FAILED(md)	((md)->passed = 0)
-#endif
-
-/*
- * Skip from FIXTURE_SETUP, saying why; like the harness's SKIP(), the caller
- * passes the statement that leaves the setup (normally "return").
- */
-#define VHOST_SKIP(statement, fmt, ...) do {				\
-		self->skipped = true;					\
-		SKIP(statement, fmt, ##__VA_ARGS__);			\
-	} while (0)
 
 /*
  * A missing prerequisite is a SKIP, never a FAIL.  These return why a test

@@ -108,7 +108,6 @@ static int write_param(const char *path, int v)
 
 /* A bare vhost-net device, owned, nothing else. */
 FIXTURE(dev) {
-	bool skipped;
 	int fd;
 };
 
@@ -118,7 +117,7 @@ FIXTURE_SETUP(dev)
 
 	self->fd = -1;
 	if (why)
-		VHOST_SKIP(return, "%s", why);
+		SKIP(return, "%s", why);
 	self->fd = open("/dev/vhost-net", O_RDWR);
 	ASSERT_LE(0, self->fd);
 }
@@ -129,7 +128,7 @@ FIXTURE_TEARDOWN(dev)
 		close(self->fd);
 }
 
-VHOST_TEST_F(dev, default_is_one_worker_named_like_6_1, 30)
+TEST_F_TIMEOUT(dev, default_is_one_worker_named_like_6_1, 30)
 {
 	char names[8][32], want[32];
 	unsigned int id = ~0U;
@@ -145,7 +144,7 @@ VHOST_TEST_F(dev, default_is_one_worker_named_like_6_1, 30)
 	EXPECT_EQ(0, id);
 }
 
-VHOST_TEST_F(dev, new_attach_get_free, 30)
+TEST_F_TIMEOUT(dev, new_attach_get_free, 30)
 {
 	unsigned int a = 0, b = 0, id = ~0U;
 
@@ -178,7 +177,7 @@ VHOST_TEST_F(dev, new_attach_get_free, 30)
 	EXPECT_EQ(0, id);
 }
 
-VHOST_TEST_F(dev, set_vring_worker_creates_or_binds, 30)
+TEST_F_TIMEOUT(dev, set_vring_worker_creates_or_binds, 30)
 {
 	unsigned int id = VHOST_VRING_NEW_WORKER, again, got = ~0U;
 
@@ -199,7 +198,7 @@ VHOST_TEST_F(dev, set_vring_worker_creates_or_binds, 30)
 	EXPECT_EQ(-EBUSY, free_worker(self->fd, id));
 }
 
-VHOST_TEST_F(dev, errors_before_set_owner, 30)
+TEST_F_TIMEOUT(dev, errors_before_set_owner, 30)
 {
 	unsigned int id = 0;
 
@@ -212,7 +211,7 @@ VHOST_TEST_F(dev, errors_before_set_owner, 30)
 	EXPECT_EQ(0, vmm_owner_workers(getpid(), NULL, NULL, 8));
 }
 
-VHOST_TEST_F(dev, errors_bad_index_and_unknown_worker, 30)
+TEST_F_TIMEOUT(dev, errors_bad_index_and_unknown_worker, 30)
 {
 	unsigned int id = 5;
 
@@ -230,7 +229,7 @@ VHOST_TEST_F(dev, errors_bad_index_and_unknown_worker, 30)
 	EXPECT_EQ(-ENODEV, set_worker(self->fd, 0, &id));
 }
 
-VHOST_TEST_F(dev, errors_non_owner, 30)
+TEST_F_TIMEOUT(dev, errors_non_owner, 30)
 {
 	int status;
 	pid_t pid;
@@ -255,7 +254,7 @@ VHOST_TEST_F(dev, errors_non_owner, 30)
 	EXPECT_EQ(1, vmm_owner_workers(getpid(), NULL, NULL, 8));
 }
 
-VHOST_TEST_F(dev, cap_on_workers_per_device, 30)
+TEST_F_TIMEOUT(dev, cap_on_workers_per_device, 30)
 {
 	unsigned int id, i;
 	int old = read_param(MAX_WORKERS_PARAM);
@@ -282,7 +281,7 @@ VHOST_TEST_F(dev, cap_on_workers_per_device, 30)
 	ASSERT_EQ(0, write_param(MAX_WORKERS_PARAM, old));
 }
 
-VHOST_TEST_F(dev, drivers_without_support_answer_enotty, 30)
+TEST_F_TIMEOUT(dev, drivers_without_support_answer_enotty, 30)
 {
 	struct vhost_vring_worker w = { .index = 0, .worker_id = 0 };
 	const char *why = vhost_unusable("/dev/vhost-vsock", "CONFIG_VHOST_VSOCK");
@@ -307,7 +306,7 @@ VHOST_TEST_F(dev, drivers_without_support_answer_enotty, 30)
 	close(fd);
 }
 
-VHOST_TEST_F(dev, workers_gone_after_close_and_reset, 30)
+TEST_F_TIMEOUT(dev, workers_gone_after_close_and_reset, 30)
 {
 	unsigned int id = 0;
 	int i;
@@ -328,7 +327,7 @@ VHOST_TEST_F(dev, workers_gone_after_close_and_reset, 30)
 	EXPECT_EQ(0, vmm_owner_workers(getpid(), NULL, NULL, 8));
 }
 
-VHOST_TEST_F(dev, workers_join_owner_cgroup, 30)
+TEST_F_TIMEOUT(dev, workers_join_owner_cgroup, 30)
 {
 	const char *cg = "/sys/fs/cgroup/vmq-worker-test";
 	char path[64], line[256], want[64];
@@ -378,7 +377,7 @@ VHOST_TEST_F(dev, workers_join_owner_cgroup, 30)
  * caller that sees -EFAULT has nothing to undo, and a driver that marks the
  * rings a VMM placed (vhost-blk) never misses one.
  */
-VHOST_TEST_F(dev, set_vring_worker_efault_binds_nothing, 30)
+TEST_F_TIMEOUT(dev, set_vring_worker_efault_binds_nothing, 30)
 {
 	long page = sysconf(_SC_PAGESIZE);
 	struct vhost_vring_worker *w;
@@ -431,7 +430,7 @@ static double rebind_time(int fd, unsigned int ring, unsigned int a, int n)
  * with a kick still gets both; it is the yardstick here, since the absolute
  * cost of a grace period depends on the machine.
  */
-VHOST_TEST_F(dev, rebinding_an_idle_ring_waits_for_nothing, 60)
+TEST_F_TIMEOUT(dev, rebinding_an_idle_ring_waits_for_nothing, 60)
 {
 	struct vhost_vring_file kick = { .index = 1 };
 	double idle, kicked;
@@ -485,7 +484,7 @@ static int read_line(const char *path, char *buf, int len)
  * A worker joins the cgroup of the thread that creates it, where the VMM is
  * now: not the one the thread that called SET_OWNER was in when it exited.
  */
-VHOST_TEST_F(dev, new_worker_joins_the_caller_cgroup_after_owner_thread_exits, 30)
+TEST_F_TIMEOUT(dev, new_worker_joins_the_caller_cgroup_after_owner_thread_exits, 30)
 {
 	const char *cg = "/sys/fs/cgroup/vmq-worker-test2";
 	struct owner_thread o = { .fd = self->fd };
@@ -650,7 +649,7 @@ static void run_as_child(struct __test_metadata *_metadata,
  * Every worker a device makes counts against the RLIMIT_NPROC of the caller,
  * the default one of VHOST_SET_OWNER included: N devices are N threads.
  */
-VHOST_TEST_F(dev, default_worker_counts_against_nproc, 30)
+TEST_F_TIMEOUT(dev, default_worker_counts_against_nproc, 30)
 {
 	if (geteuid())
 		SKIP(return, "needs root (to drop to uid %d)", NOBODY);
@@ -658,7 +657,7 @@ VHOST_TEST_F(dev, default_worker_counts_against_nproc, 30)
 }
 
 /* So do the workers a driver makes by its own policy. */
-VHOST_TEST_F(dev, pool_worker_counts_against_nproc, 30)
+TEST_F_TIMEOUT(dev, pool_worker_counts_against_nproc, 30)
 {
 	const char *why = vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK");
 
@@ -673,7 +672,6 @@ VHOST_TEST_F(dev, pool_worker_counts_against_nproc, 30)
 
 /* vhost-net with traffic. */
 FIXTURE(traffic) {
-	bool skipped;
 	struct vmm_net n;
 	unsigned int rx_seq, tx_seq;	/* next sequence numbers to expect */
 };
@@ -684,7 +682,7 @@ FIXTURE_SETUP(traffic)
 	int r;
 
 	if (why)
-		VHOST_SKIP(return, "%s", why);
+		SKIP(return, "%s", why);
 	r = vmm_net_open(&self->n, 256, "vmqwt%d");
 	ASSERT_EQ(0, r) TH_LOG("vmm_net_open: %s", strerror(-r));
 	ASSERT_EQ(0, vmm_net_post_rx(&self->n, 256));
@@ -692,8 +690,7 @@ FIXTURE_SETUP(traffic)
 
 FIXTURE_TEARDOWN(traffic)
 {
-	if (!self->skipped)
-		vmm_net_close(&self->n);
+	vmm_net_close(&self->n);
 }
 
 /*
@@ -772,7 +769,7 @@ static void pump(struct __test_metadata *_metadata, struct _test_data_traffic *s
 	self->rx_seq += count;
 }
 
-VHOST_TEST_F(traffic, rx_and_tx_on_separate_workers, 600)
+TEST_F_TIMEOUT(traffic, rx_and_tx_on_separate_workers, 600)
 {
 	unsigned int rx_id = VHOST_VRING_NEW_WORKER, tx_id = VHOST_VRING_NEW_WORKER;
 	long rx_cs, tx_cs, rx_cs2, tx_cs2;
@@ -808,14 +805,14 @@ VHOST_TEST_F(traffic, rx_and_tx_on_separate_workers, 600)
 		TH_LOG("the TX worker did no work");
 }
 
-VHOST_TEST_F(traffic, rebind_while_traffic_flows, 600)
+TEST_F_TIMEOUT(traffic, rebind_while_traffic_flows, 600)
 {
 	pump(_metadata, self, 4000, 32, self->n.fd);
 	/* And the device still works on whatever it ended on. */
 	pump(_metadata, self, 64, 64, -1);
 }
 
-VHOST_TEST_F(traffic, kill_owner_with_io_in_flight, 300)
+TEST_F_TIMEOUT(traffic, kill_owner_with_io_in_flight, 300)
 {
 	int p[2], status, tries, workers;
 	char c;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * vhost_insn_mark CODE...: executes, for each CODE (0-255) in turn, the
- * marker instruction that the benchmark's TCG plugin (vmq-insns, in
- * qemu/new/contrib/plugins/) answers by writing down every vCPU's
+ * marker instruction that the benchmark's TCG plugin (vmq-insns.c, beside
+ * this file) answers by writing down every vCPU's
  * instruction counts: the 8-byte NOP "nopl 0x564d51NN(%rax,%rax,1)",
  * NN = CODE.  On hardware, or in a VM without the plugin, it is a NOP.
  * The benchmark runs it at the edges of a measurement window.

@@ -40,6 +40,7 @@
 #include "vhost_vmm.h"
 #include "vhost_blk_lib.h"
 #include "vhost_net_lib.h"
+#include "vhost_user_lib.h"
 
 static double now(void)
 {

@@ -12,7 +12,7 @@
 #define VHOST_USER_LIB_H
 
 #include <stdint.h>
-#include "vhost_vmm.h"
+#include "vhost_blk_lib.h"
 
 /* Connect to the backend listening on unix socket @path; a fd or -errno. */
 int vu_connect(const char *path);
@@ -23,5 +23,13 @@ int vu_set_owner(int sock);
 int vu_set_mem_table(int sock, const struct vmm *vmm);
 /* SET_VRING_NUM, _BASE, _ADDR, _CALL and _KICK (which starts the ring). */
 int vu_vq_setup(int sock, struct vmm_vq *vq);
+
+/*
+ * vmm_blk_open() against a vhost-user-blk backend listening on unix socket
+ * @path instead of /dev/vhost-blk (b->fd is then the socket): the benchmark
+ * drives a userspace backend with the very same driver.
+ */
+int vmm_blk_open_user(struct vmm_blk *b, const char *path, unsigned int nq,
+		      unsigned int qsize, uint64_t features, size_t mem_size);
 
 #endif

@@ -167,3 +167,36 @@ int vu_vq_setup(int sock, struct vmm_vq *vq)
 		r = vu_send(sock, VU_SET_VRING_KICK, &index, sizeof(index), vq->kick);
 	return r;
 }
+
+int vmm_blk_open_user(struct vmm_blk *b, const char *path, unsigned int nq,
+		      unsigned int qsize, uint64_t features, size_t mem_size)
+{
+	uint64_t offered;
+	unsigned int q;
+	int r;
+
+	vmm_blk_reset(b, nq);
+	b->fd = vu_connect(path);
+	if (b->fd < 0)
+		return b->fd;
+	r = vu_get_features(b->fd, &offered);
+	if (r)
+		return r;
+	if ((features & offered) != features)
+		return -EOPNOTSUPP;
+	r = vu_set_owner(b->fd);
+	if (!r)
+		r = vu_set_features(b->fd, features);
+	if (!r)
+		r = vmm_init_shared(&b->vmm, mem_size);
+	if (!r)
+		r = vu_set_mem_table(b->fd, &b->vmm);
+	for (q = 0; !r && q < nq; q++) {
+		r = vmm_vq_init(&b->vmm, &b->vq[q], q, qsize);
+		if (!r)
+			r = vmm_blk_slots_init(b, q, qsize);
+		if (!r)
+			r = vu_vq_setup(b->fd, &b->vq[q]);
+	}
+	return r;
+}

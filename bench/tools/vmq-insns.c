@@ -33,7 +33,7 @@
  *
  *   prof VCPU VADDR INSNS RUNS
  *
- * (VADDR in hex; INSNS the block's length), which vmq/insns-profile turns
+ * (VADDR in hex; INSNS the block's length), which bench/insns-profile turns
  * into instructions per I/O per guest function.  Slower, and the output
  * is large: for a profiling run, not for the benchmark's counts.
  *
