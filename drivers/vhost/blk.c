@@ -2254,9 +2254,10 @@ static long vhost_blk_vring_ioctl(struct vhost_blk *blk, unsigned int ioctl,
 	 * backend is rebound without the grace period and flush that a
 	 * started ring costs (one per ring, under dev.mutex).
 	 */
-	if (ioctl == VHOST_SET_VRING_KICK && idx < VHOST_BLK_MAX_QUEUES)
-		vhost_blk_apply_worker_policy(blk, array_index_nospec(idx,
-						VHOST_BLK_MAX_QUEUES));
+	if (ioctl == VHOST_SET_VRING_KICK && idx < VHOST_BLK_MAX_QUEUES) {
+		idx = array_index_nospec(idx, VHOST_BLK_MAX_QUEUES);
+		vhost_blk_apply_worker_policy(blk, idx);
+	}
 	r = vhost_vring_ioctl(&blk->dev, ioctl, argp);
 	if (r)
 		return r;

@@ -371,7 +371,7 @@ FIXTURE_SETUP(race)
 		mkdir(EXT4_DIR, 0755);
 		if (mount(self->loop, EXT4_DIR, "ext4", 0, NULL))
 			SKIP(return, "cannot mount ext4 (CONFIG_EXT4_FS): %s",
-				   strerror(errno));
+			     strerror(errno));
 		self->mounted = true;
 		/* Sparse: the first write to each block allocates it. */
 		fd = open(EXT4_FILE, O_RDWR | O_CREAT | O_TRUNC, 0600);
