@@ -337,6 +337,9 @@ struct vhost_blk_req {
 		};
 	};
 	struct cgroup_subsys_state *blkcg, *memcg; /* the worker's */
+#ifdef CONFIG_FAULT_INJECTION
+	int make_it_fail;		/* the worker's fault-injection mark */
+#endif
 	struct iovec *iov;		/* the chain, out then in */
 	struct iovec inline_iov[VHOST_BLK_INLINE_IOVS];
 };
@@ -1126,7 +1129,10 @@ static ssize_t vhost_blk_rw_slow(struct vhost_blk_req *req)
  * Hand @req, a request that may wait for its backend for long, to the
  * ring's slow_work.  It runs there in the cgroups of the ring's worker,
  * that is of the owner: I/O it issues and pages it dirties are charged
- * there, not to the kworker's root cgroups.  On the ring's worker.
+ * there, not to the kworker's root cgroups.  It carries the worker's
+ * fault-injection mark (/proc/PID/make-it-fail) too, so that faults
+ * injected into the owner's threads reach what they hand off.  On the
+ * ring's worker.
  */
 static void vhost_blk_defer(struct vhost_blk_vq *bvq, struct vhost_blk_req *req,
 			    struct file *file, u32 type)
@@ -1141,6 +1147,9 @@ static void vhost_blk_defer(struct vhost_blk_vq *bvq, struct vhost_blk_req *req,
 #ifdef CONFIG_MEMCG
 	req->memcg = task_get_css(current, memory_cgrp_id);
 #endif
+#ifdef CONFIG_FAULT_INJECTION
+	req->make_it_fail = current->make_it_fail;
+#endif
 	/* Pairs with the llist_del_all() in vhost_blk_slow_work(). */
 	if (llist_add(&req->node, &bvq->slow))
 		queue_work(vhost_blk_wq, &bvq->slow_work);
@@ -1154,6 +1163,12 @@ static void vhost_blk_slow_one(struct vhost_blk_req *req, struct mm_struct *mm,
 	const struct cred *old_cred;
 	u8 status = VIRTIO_BLK_S_OK;
 	ssize_t ret = 0;
+#ifdef CONFIG_FAULT_INJECTION
+	int old_fail = current->make_it_fail;
+
+	/* Ours until this work item returns: no one else runs on the kworker. */
+	current->make_it_fail = req->make_it_fail;
+#endif
 
 	kthread_use_mm(mm);
 	old_cred = override_creds(cred);
@@ -1184,6 +1199,9 @@ static void vhost_blk_slow_one(struct vhost_blk_req *req, struct mm_struct *mm,
 		kthread_associate_blkcg(NULL);
 	revert_creds(old_cred);
 	kthread_unuse_mm(mm);
+#ifdef CONFIG_FAULT_INJECTION
+	current->make_it_fail = old_fail;
+#endif
 	if (req->memcg)
 		css_put(req->memcg);
 	if (req->blkcg)

@@ -2878,6 +2878,78 @@ TEST_F_TIMEOUT(hard, rings_take_their_workers_at_their_kick, 30)
 }
 
 /*
+ * 10. Faults injected into a ring's worker reach the requests it hands off:
+ * a DISCARD, which the worker hands to the ring's work item, fails with
+ * VIRTIO_BLK_S_IOERR when the worker is marked for fail_make_request
+ * (task-filter, every request of /dev/nullb0), as the work item carries
+ * the mark.  A fault-injection run would otherwise never reach that path.
+ */
+#define FMR	"/sys/kernel/debug/fail_make_request"
+TEST_F_TIMEOUT(hard, injected_faults_follow_requests_off_the_worker, 60)
+{
+	static const char * const knobs[] = { "probability", "interval", "times",
+					       "task-filter", "verbose" };
+	static const char * const set[] = { "100", "1", "-1", "Y", "0" };
+	const char *why = vhost_nullb_unusable(true, true);
+	char saved[5][32], path[96], mark[96];
+	struct ctx *c = &self->c;
+	int tids[8], n, i, r, st_before, st_faulted;
+
+	if (why)
+		SKIP(return, "%s", why);
+	if (access(FMR, F_OK))
+		mount("debugfs", "/sys/kernel/debug", "debugfs", 0, NULL);
+	if (access(FMR "/probability", F_OK) ||
+	    access("/sys/block/nullb0/make-it-fail", F_OK))
+		SKIP(return, "no fail_make_request (CONFIG_FAIL_MAKE_REQUEST, DEBUG_FS)");
+	c->be = open(NULLB0, O_RDWR | O_DIRECT);
+	ASSERT_LE(0, c->be);
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 4 << 20));
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	ASSERT_LE(0, vmm_blk_post_dwz(&c->b, 0, VIRTIO_BLK_T_DISCARD, 0, 8, 0, NULL));
+	vmm_vq_kick(&c->b.vq[0]);
+	st_before = vmm_blk_reap(&c->b, 0, NULL, NULL, 10000);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, st_before) TH_LOG("DISCARD fails without faults");
+	n = vmm_owner_workers(getpid(), tids, NULL, 8);
+	ASSERT_LT(0, n) TH_LOG("no worker thread found");
+
+	for (i = 0; i < 5; i++) {
+		snprintf(path, sizeof(path), FMR "/%s", knobs[i]);
+		ASSERT_EQ(0, read_str(path, saved[i], sizeof(saved[i])));
+	}
+	for (i = 0, r = 0; i < n && !r; i++) {
+		snprintf(mark, sizeof(mark), "/proc/%d/make-it-fail", tids[i]);
+		r = write_str(mark, "1");
+	}
+	for (i = 0; i < 5 && !r; i++) {
+		snprintf(path, sizeof(path), FMR "/%s", knobs[i]);
+		r = write_str(path, set[i]);
+	}
+	if (!r)
+		r = write_str("/sys/block/nullb0/make-it-fail", "1");
+	st_faulted = -1;
+	if (!r) {
+		ASSERT_LE(0, vmm_blk_post_dwz(&c->b, 0, VIRTIO_BLK_T_DISCARD, 0, 8, 0, NULL));
+		vmm_vq_kick(&c->b.vq[0]);
+		st_faulted = vmm_blk_reap(&c->b, 0, NULL, NULL, 10000);
+	}
+	/* Put everything back before judging. */
+	write_str("/sys/block/nullb0/make-it-fail", "0");
+	for (i = 0; i < 5; i++) {
+		snprintf(path, sizeof(path), FMR "/%s", knobs[i]);
+		write_str(path, saved[i]);
+	}
+	for (i = 0; i < n; i++) {
+		snprintf(mark, sizeof(mark), "/proc/%d/make-it-fail", tids[i]);
+		write_str(mark, "0");
+	}
+	ASSERT_EQ(0, r) TH_LOG("could not set up fail_make_request: %s", strerror(-r));
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, st_faulted)
+		TH_LOG("a DISCARD off a marked worker escaped the injected faults (%d)",
+		       st_faulted);
+}
+
+/*
  * 11. DISCARD on a block device that cannot discard (a configfs null_blk
  * without discard) is a hint not taken: VIRTIO_BLK_S_OK, data unchanged.
  */

@@ -6,7 +6,9 @@
 # injected at a fixed probability and interval into the test processes and
 # into the vhost worker kthreads.  A background loop marks both
 # (/proc/<pid>/make-it-fail, task-filter=Y) as they appear; a test's forked
-# cases inherit the mark.  6.1's fault injection has no seed: the interval
+# cases inherit the mark, and vhost-blk's work items that serve a ring's
+# requests off its worker (page-cache I/O that would wait, FLUSH, DISCARD,
+# WRITE_ZEROES) carry the worker's.  6.1's fault injection has no seed: the interval
 # makes it mostly repeatable, the probability spreads it.
 #
 # The marked processes run chrooted in a tmpfs holding copies of the test
@@ -253,8 +255,8 @@ slab=$(injected failslab)
 io=$(injected fail_make_request)
 echo "# injected in all: $slab slab allocation failures, $io I/O errors"
 # I/O errors on nullb0 land only in marked tasks' submissions, and only the
-# vhost workers submit to it (the tests never read or write it themselves):
-# with none, no fault reached the workers' I/O path.
+# vhost workers and their work items submit to it (the tests never read or
+# write it themselves): with none, no fault reached the workers' I/O path.
 if [ "$slab" = 0 ]; then
 	not_ok "faults were injected # no slab failure: the marking did not take"
 elif [ -e $nullb ] && [ "$io" = 0 ]; then
