@@ -1100,25 +1100,36 @@ static ssize_t vhost_blk_rw_iter(struct vhost_blk_req *req,
 }
 
 /*
- * Whether a page-cache read or write of @file can be tried without waiting
- * (IOCB_NOWAIT: -EAGAIN where a page must be read in or a lock waited for).
- * A buffered write to a regular file only where its filesystem says so, as
- * io_uring checks.
+ * Whether page-cache I/O of @req can be tried without waiting (IOCB_NOWAIT:
+ * -EAGAIN where a page must be read in or a lock waited for).  A write only
+ * to a regular file whose filesystem says so, as io_uring checks, and not
+ * O_DSYNC (it syncs, waiting, after the copy); a block device answers
+ * -EOPNOTSUPP to a buffered write without waiting.
  */
-static bool vhost_blk_nowait_ok(struct file *file, bool is_read)
+static bool vhost_blk_nowait_ok(struct vhost_blk_req *req, struct file *file)
 {
 	if (!(file->f_mode & FMODE_NOWAIT))
 		return false;
-	return is_read || !S_ISREG(file_inode(file)->i_mode) ||
+	if (req->is_read)
+		return true;
+	return S_ISREG(file_inode(file)->i_mode) && !iocb_is_dsync(&req->iocb) &&
 	       (file->f_op->fop_flags & FOP_BUFFER_WASYNC);
 }
 
-/* slow_work's part of a page-cache read or write: the rest, waiting. */
+/*
+ * slow_work's part of a page-cache read or write: the rest, waiting.  A
+ * write takes freeze protection again, waiting for a thaw here, off the
+ * ring; its completion drops it.
+ */
 static ssize_t vhost_blk_rw_slow(struct vhost_blk_req *req)
 {
 	ssize_t ret;
 
 	req->iocb.ki_flags &= ~IOCB_NOWAIT;
+	if (!req->is_read && S_ISREG(file_inode(req->iocb.ki_filp)->i_mode)) {
+		kiocb_start_write(&req->iocb);
+		req->iocb.ki_flags |= IOCB_WRITE;
+	}
 	ret = vhost_blk_rw_iter(req, &req->iter);
 	if (ret < 0)
 		return ret;
@@ -1256,7 +1267,7 @@ static void vhost_blk_rw_cached(struct vhost_blk_req *req, struct file *file,
 	ssize_t ret;
 
 	req->done = 0;
-	if (vhost_blk_nowait_ok(file, req->is_read)) {
+	if (vhost_blk_nowait_ok(req, file)) {
 		req->iocb.ki_flags |= IOCB_NOWAIT;
 		iov_iter_save_state(iter, &state);
 		ret = vhost_blk_rw_iter(req, iter);
@@ -1275,6 +1286,16 @@ static void vhost_blk_rw_cached(struct vhost_blk_req *req, struct file *file,
 	}
 	req->iter = *iter;
 	req->iocb.ki_pos = pos + req->done;
+	/*
+	 * A write waiting in slow_work holds no freeze protection: a freeze
+	 * would wait for it while the DISCARD or WRITE_ZEROES before it on
+	 * the ring's list waits for the freeze.  vhost_blk_rw_slow() takes
+	 * it again.
+	 */
+	if (req->iocb.ki_flags & IOCB_WRITE) {
+		kiocb_end_write(&req->iocb);
+		req->iocb.ki_flags &= ~IOCB_WRITE;
+	}
 	vhost_blk_defer(req->bvq, req, file,
 			req->is_read ? VIRTIO_BLK_T_IN : VIRTIO_BLK_T_OUT);
 }
@@ -2270,7 +2291,8 @@ static long vhost_blk_vring_ioctl(struct vhost_blk *blk, unsigned int ioctl,
 	 * A ring takes its place among the workers when its kick is set,
 	 * before the core stores the kick: a ring with neither kick nor
 	 * backend is rebound without the grace period and flush that a
-	 * started ring costs (one per ring, under dev.mutex).
+	 * started ring costs (one per ring, under dev.mutex).  A kick the
+	 * core then refuses leaves the ring placed, as its start would.
 	 */
 	if (ioctl == VHOST_SET_VRING_KICK && idx < VHOST_BLK_MAX_QUEUES) {
 		idx = array_index_nospec(idx, VHOST_BLK_MAX_QUEUES);

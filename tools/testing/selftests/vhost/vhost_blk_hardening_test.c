@@ -2054,13 +2054,16 @@ static int other_writer(void)
  * count of the filesystem's freeze protection, and its completion drops
  * it: direct writes (asynchronous; to unwritten extents, completed from a
  * workqueue, and over written ones, completed by the block layer) and
- * page-cache writes (completed within the submission) alike.  A count that
- * leaks makes the next FIFREEZE wait for ever, and every other writer of
- * the filesystem behind it; a second count taken while a freeze waits
- * deadlocks the worker with it.  So: writes, then FIFREEZE must return
- * within a second, FITHAW, and another process still writes; then writes
- * streaming while the filesystem is frozen and thawed FREEZE_CYCLES times,
- * each freeze within a second; then every write is on the file.
+ * page-cache writes (completed on the worker, or in the ring's work item)
+ * alike.  A count that leaks makes the next FIFREEZE wait for ever, and
+ * every other writer of the filesystem behind it; a second count taken
+ * while a freeze waits deadlocks the worker with it, and a write that waits
+ * in the work item holding its count deadlocks the WRITE_ZEROES before it
+ * there.  So: writes, then FIFREEZE must return within a second, FITHAW,
+ * and another process still writes; then writes, one in four a
+ * WRITE_ZEROES elsewhere, streaming while the filesystem is frozen and
+ * thawed FREEZE_CYCLES times, each freeze within a second; then every
+ * write is on the file.
  */
 TEST_F_TIMEOUT(frozen, writes_leave_the_filesystem_freezable, 180)
 {
@@ -2108,8 +2111,12 @@ TEST_F_TIMEOUT(frozen, writes_leave_the_filesystem_freezable, 180)
 			done++;
 		while (vmm_vq_in_flight(&c->b.vq[0]) < 8) {
 			i = posted++ % 8;
-			ASSERT_LE(0, vmm_blk_post(&c->b, 0, VIRTIO_BLK_T_OUT, i * 64,
-						  buf[i], 4096, 1, false, NULL));
+			if (i % 4 == 3)
+				ASSERT_LE(0, vmm_blk_post_dwz(&c->b, 0, VIRTIO_BLK_T_WRITE_ZEROES,
+							      1024 + i * 8, 8, 0, NULL));
+			else
+				ASSERT_LE(0, vmm_blk_post(&c->b, 0, VIRTIO_BLK_T_OUT, i * 64,
+							  buf[i], 4096, 1, false, NULL));
 		}
 		vmm_vq_kick(&c->b.vq[0]);
 		/* Some writes are in flight or waiting when the freeze comes. */
