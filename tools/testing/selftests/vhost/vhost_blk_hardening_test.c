@@ -2112,11 +2112,12 @@ TEST_F_TIMEOUT(frozen, writes_leave_the_filesystem_freezable, 180)
 		while (vmm_vq_in_flight(&c->b.vq[0]) < 8) {
 			i = posted++ % 8;
 			if (i % 4 == 3)
-				ASSERT_LE(0, vmm_blk_post_dwz(&c->b, 0, VIRTIO_BLK_T_WRITE_ZEROES,
-							      1024 + i * 8, 8, 0, NULL));
+				st = vmm_blk_post_dwz(&c->b, 0, VIRTIO_BLK_T_WRITE_ZEROES,
+						      1024 + i * 8, 8, 0, NULL);
 			else
-				ASSERT_LE(0, vmm_blk_post(&c->b, 0, VIRTIO_BLK_T_OUT, i * 64,
-							  buf[i], 4096, 1, false, NULL));
+				st = vmm_blk_post(&c->b, 0, VIRTIO_BLK_T_OUT, i * 64,
+						  buf[i], 4096, 1, false, NULL);
+			ASSERT_LE(0, st);
 		}
 		vmm_vq_kick(&c->b.vq[0]);
 		/* Some writes are in flight or waiting when the freeze comes. */
