@@ -20,8 +20,11 @@
  *     stopping call returned;
  *   - across backend swaps and worker rebinding no request is lost.
  *
- * Each test runs for RACE_SECONDS (default 15) seconds; RACE_SEED makes the
- * random delays reproducible (each test logs its seed).
+ * Each test runs for RACE_SECONDS (default 15) seconds: the first half with
+ * a fixed seed for its random delays (the same sequence every run), the
+ * second with a new one; each test logs both.  RACE_SEED sets both (a
+ * replay).  A test that hardly ran (fewer iterations than half its
+ * seconds) fails: it tested nothing.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -59,6 +62,7 @@
 #define MEM_SIZE	(1024 * 1024)
 
 #define DEFAULT_SECONDS	15
+#define FIXED_SEED	0x76686f7374726163ULL	/* the first half's */
 #define MAX_SECONDS	240
 #define TEST_TIMEOUT	(MAX_SECONDS + 60)
 /* How long a request may take once its ring runs. */
@@ -104,6 +108,9 @@ FIXTURE(race) {
 	pthread_t thread;
 	bool running;
 	uint64_t rng;
+	uint64_t seed2;			/* the second half's seed */
+	struct timespec half;		/* when the second half starts */
+	bool reseeded;
 	unsigned int seconds, iterations;
 	struct timespec deadline;
 };
@@ -328,6 +335,10 @@ static bool time_left(FIXTURE_DATA(race) * self)
 	struct timespec now;
 
 	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (!self->reseeded && now.tv_sec >= self->half.tv_sec) {
+		self->rng = self->seed2;
+		self->reseeded = true;
+	}
 	return now.tv_sec < self->deadline.tv_sec ||
 	       (now.tv_sec == self->deadline.tv_sec &&
 		now.tv_nsec < self->deadline.tv_nsec);
@@ -402,13 +413,19 @@ FIXTURE_SETUP(race)
 	if (self->seconds > MAX_SECONDS)
 		self->seconds = MAX_SECONDS;
 	env = getenv("RACE_SEED");
-	seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	seed = env ? strtoull(env, NULL, 0) : FIXED_SEED;
+	self->seed2 = env ? seed : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 	if (!seed)
 		seed = 1;
+	if (!self->seed2)
+		self->seed2 = 1;
 	self->rng = seed;
-	TH_LOG("%s, %u s, RACE_SEED=%llu", self->path, self->seconds,
-	       (unsigned long long)seed);
+	TH_LOG("%s, %u s: RACE_SEED=%llu, then RACE_SEED=%llu", self->path,
+	       self->seconds, (unsigned long long)seed,
+	       (unsigned long long)self->seed2);
 	clock_gettime(CLOCK_MONOTONIC, &self->deadline);
+	self->half = self->deadline;
+	self->half.tv_sec += self->seconds / 2;
 	self->deadline.tv_sec += self->seconds;
 }
 
@@ -611,6 +628,9 @@ static void summary(struct __test_metadata *_metadata,
 
 	TH_LOG("%u iterations: %lu writes posted, %lu OK, %lu IOERR, %lu not returned",
 	       self->iterations, st->posted, st->ok, st->ioerr, st->unreturned);
+	EXPECT_LE(self->seconds / 2, self->iterations)
+		TH_LOG("%u iterations in %u s: the test hardly ran", self->iterations,
+		       self->seconds);
 }
 
 /* Forget requests that will never come back: the rings were reset. */
