@@ -2287,17 +2287,6 @@ static long vhost_blk_vring_ioctl(struct vhost_blk *blk, unsigned int ioctl,
 	 */
 	if (get_user(idx, (u32 __user *)argp))
 		return -EFAULT;
-	/*
-	 * A ring takes its place among the workers when its kick is set,
-	 * before the core stores the kick: a ring with neither kick nor
-	 * backend is rebound without the grace period and flush that a
-	 * started ring costs (one per ring, under dev.mutex).  A kick the
-	 * core then refuses leaves the ring placed, as its start would.
-	 */
-	if (ioctl == VHOST_SET_VRING_KICK && idx < VHOST_BLK_MAX_QUEUES) {
-		idx = array_index_nospec(idx, VHOST_BLK_MAX_QUEUES);
-		vhost_blk_apply_worker_policy(blk, idx);
-	}
 	r = vhost_vring_ioctl(&blk->dev, ioctl, argp);
 	if (r)
 		return r;

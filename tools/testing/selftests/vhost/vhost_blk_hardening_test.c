@@ -2840,52 +2840,6 @@ TEST_F_TIMEOUT(hard, worker_pool_of_two_shares_round_robin, 30)
 }
 
 /*
- * 5. A ring takes its worker when its kick is set, before it has a
- * backend: the core then rebinds it without the grace period and flush
- * that a started ring costs (one per ring, at every device start).  With
- * worker_pool=0, four rings set up and kicked but without a backend are
- * each on a worker of their own already; SET_BACKEND moves none of them,
- * and each serves I/O.
- */
-TEST_F_TIMEOUT(hard, rings_take_their_workers_at_their_kick, 30)
-{
-	const char *why = vhost_nullb_unusable(false, false);
-	struct ctx *c = &self->c;
-	unsigned int ids[4];
-	void *buf;
-	int q, i;
-
-	if (why)
-		SKIP(return, "%s", why);
-	if (read_str(WORKER_POOL, c->worker_pool, sizeof(c->worker_pool)))
-		SKIP(return, "%s missing", WORKER_POOL);
-	ASSERT_EQ(0, write_str(WORKER_POOL, "0"));
-	c->be = open(NULLB0, O_RDWR | O_DIRECT);
-	ASSERT_LE(0, c->be);
-	ASSERT_EQ(0, blk_open(c, 4, 64, V1, 4 << 20));
-	for (q = 0; q < 4; q++) {
-		struct vhost_vring_worker w = { .index = q };
-
-		ASSERT_EQ(0, ioctl(c->b.fd, VHOST_GET_VRING_WORKER, &w));
-		ids[q] = w.worker_id;
-		for (i = 0; i < q; i++)
-			EXPECT_NE(ids[i], ids[q])
-				TH_LOG("rings %d and %d share a worker before SET_BACKEND", i, q);
-	}
-	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
-	buf = vmm_alloc(&c->b.vmm, 4096, 4096);
-	ASSERT_NE(NULL, buf);
-	for (q = 0; q < 4; q++) {
-		struct vhost_vring_worker w = { .index = q };
-
-		EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&c->b, q, VIRTIO_BLK_T_IN, 0, buf, 4096))
-			TH_LOG("ring %d is not served", q);
-		ASSERT_EQ(0, ioctl(c->b.fd, VHOST_GET_VRING_WORKER, &w));
-		EXPECT_EQ(ids[q], w.worker_id) TH_LOG("SET_BACKEND moved ring %d", q);
-	}
-}
-
-/*
  * 10. Faults injected into a ring's worker reach the requests it hands off:
  * a DISCARD, which the worker hands to the ring's work item, fails with
  * VIRTIO_BLK_S_IOERR when the worker is marked for fail_make_request

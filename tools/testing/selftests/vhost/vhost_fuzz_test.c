@@ -1652,10 +1652,6 @@ static void fz_op_vring_junk(struct fuzz *f)
 		break;
 	}
 	err = fz_ioctl(f, req, &u);
-	/* vhost-blk places a ring on its worker at its SET_VRING_KICK. */
-	if (req == VHOST_SET_VRING_KICK && f->type == FZ_BLK && f->owner &&
-	    idx < f->ndrv)
-		f->vq[idx].worker = -1;
 	if (!f->owner)
 		FZ_WANT(f, "vring ioctl (no owner)", err, EPERM);
 	else if (!range)
@@ -1806,8 +1802,6 @@ static void fz_op_vring(struct fuzz *f)
 		fl.fd = fz_eventfd_choice(f, q->kick, &expect, &st);
 		err = fz_ioctl(f, VHOST_SET_VRING_KICK, &fl);
 		FZ_WANT(f, "SET_VRING_KICK", err, f->owner ? expect : EPERM);
-		if (f->type == FZ_BLK && f->owner)
-			q->worker = -1;	/* the worker_pool policy may move it */
 		if (!err) {
 			q->kick_st = st;
 			q->armed = true;
@@ -3426,8 +3420,6 @@ static void fz_op_repair(struct fuzz *f)
 		fl.fd = q->kick;
 		err = fz_ioctl(f, VHOST_SET_VRING_KICK, &fl);
 		FZ_WANT(f, "SET_VRING_KICK (repair)", err, 0);
-		if (f->type == FZ_BLK)
-			q->worker = -1;	/* the worker_pool policy may move it */
 		q->kick_st = KICK_MINE;
 		q->armed = true;
 		fl.fd = q->call;
