@@ -1654,57 +1654,83 @@ out:
 	mutex_unlock(&vq->mutex);
 }
 
-/* Give ring @idx its worker according to worker_pool.  Under dev.mutex. */
-static void vhost_blk_apply_worker_policy(struct vhost_blk *blk, int idx)
+/*
+ * Give the rings in @rings that have none yet their worker according to
+ * worker_pool, with one grace period for all of them (vhost_vqs_set_workers()):
+ * they are serving already.  A pool worker made in this call is named by the
+ * pool's other rings in a second call.  Under dev.mutex.
+ */
+static void vhost_blk_apply_worker_policy(struct vhost_blk *blk,
+					  unsigned long rings)
 {
-	struct vhost_blk_vq *bvq = &blk->vqs[idx];
 	unsigned int pool = min_t(unsigned int, READ_ONCE(worker_pool),
 				  VHOST_BLK_MAX_QUEUES);
-	unsigned int slot = 0;
-	u32 id;
+	struct vhost_virtqueue *vqs[VHOST_BLK_MAX_QUEUES];
+	unsigned int idx[VHOST_BLK_MAX_QUEUES];
+	u32 ids[VHOST_BLK_MAX_QUEUES];
+	int rets[VHOST_BLK_MAX_QUEUES];
+	unsigned long making;
+	unsigned int i, n, slot;
 	int ret;
 
 	lockdep_assert_held(&blk->dev.mutex);
-	if (bvq->user_bound || bvq->policy_applied)
-		return;
-	bvq->policy_applied = true;
-	if (pool == 1)
-		return;
-	if (pool == 0) {
-		/* Ring 0 keeps the default worker, the others get new ones. */
-		if (!idx)
-			return;
-		id = VHOST_VRING_NEW_WORKER;
-	} else {
-		slot = idx % pool;
-		id = blk->pool[slot];
+	for_each_set_bit(i, &rings, VHOST_BLK_MAX_QUEUES) {
+		struct vhost_blk_vq *bvq = &blk->vqs[i];
+
+		/*
+		 * worker_pool=1 leaves every ring on the default worker;
+		 * worker_pool=0 leaves ring 0 there and makes the others one.
+		 */
+		if (bvq->user_bound || bvq->policy_applied ||
+		    pool == 1 || (!pool && !i))
+			__clear_bit(i, &rings);
+		bvq->policy_applied = true;
 	}
-	ret = vhost_vq_set_worker(&bvq->vq, &id);
-	if (ret == -ENODEV) {
-		/* The VMM freed a pool worker: replace it. */
-		id = VHOST_VRING_NEW_WORKER;
-		ret = vhost_vq_set_worker(&bvq->vq, &id);
+
+	while (rings) {
+		making = 0;
+		n = 0;
+		for_each_set_bit(i, &rings, VHOST_BLK_MAX_QUEUES) {
+			slot = pool ? i % pool : i;
+			ids[n] = pool ? blk->pool[slot] : VHOST_VRING_NEW_WORKER;
+			if (ids[n] == VHOST_VRING_NEW_WORKER &&
+			    __test_and_set_bit(slot, &making))
+				continue;	/* named once it is made */
+			vqs[n] = &blk->vqs[i].vq;
+			idx[n++] = i;
+		}
+		ret = vhost_vqs_set_workers(vqs, ids, rets, n);
+		for (i = 0; i < n; i++) {
+			slot = pool ? idx[i] % pool : idx[i];
+			if (ret)
+				rets[i] = ret;
+			if (rets[i] == -ENODEV) {
+				/* The VMM freed a pool worker: replace it. */
+				blk->pool[slot] = VHOST_VRING_NEW_WORKER;
+				continue;
+			}
+			__clear_bit(idx[i], &rings);
+			/*
+			 * Kthread mode (VHOST_SET_FORK_FROM_OWNER off) makes no
+			 * new workers: the ring stays on the default worker,
+			 * as with worker_pool=1, and there is nothing to warn
+			 * about.
+			 */
+			if (!rets[i] && pool)
+				blk->pool[slot] = ids[i];
+			else if (rets[i] && rets[i] != -EOPNOTSUPP)
+				pr_warn_ratelimited("vhost-blk: ring %u stays on its worker: %d\n",
+						    idx[i], rets[i]);
+		}
 	}
-	/*
-	 * Kthread mode (VHOST_SET_FORK_FROM_OWNER off) makes no new workers:
-	 * the ring stays on the default worker, as with worker_pool=1, and
-	 * there is nothing to warn about.
-	 */
-	if (ret == -EOPNOTSUPP)
-		return;
-	if (ret)
-		pr_warn_ratelimited("vhost-blk: ring %d stays on its worker: %d\n",
-				    idx, ret);
-	else if (pool > 1)
-		blk->pool[slot] = id;
 }
 
 /*
  * Attach ring @i to the backend if it is set up (since the last detach),
  * has a kick and is not attached yet, and the device has a backend.
- * Under dev.mutex.
+ * Return whether it did.  Under dev.mutex.
  */
-static void vhost_blk_start_ring(struct vhost_blk *blk, int i)
+static bool vhost_blk_start_ring(struct vhost_blk *blk, int i)
 {
 	struct vhost_blk_vq *bvq = &blk->vqs[i];
 	struct vhost_virtqueue *vq = &bvq->vq;
@@ -1728,11 +1754,7 @@ static void vhost_blk_start_ring(struct vhost_blk *blk, int i)
 	}
 out_unlock:
 	mutex_unlock(&vq->mutex);
-	if (start) {
-		vhost_blk_apply_worker_policy(blk, i);
-		/* Serve what the guest queued before we started. */
-		vhost_poll_queue(&vq->poll);
-	}
+	return start;
 }
 
 /*
@@ -1743,13 +1765,19 @@ out_unlock:
  */
 static void vhost_blk_start_rings(struct vhost_blk *blk)
 {
+	unsigned long started = 0;
 	int i;
 
 	lockdep_assert_held(&blk->dev.mutex);
 	if (!blk->backend || blk->quiesced || vhost_dev_check_owner(&blk->dev))
 		return;
 	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++)
-		vhost_blk_start_ring(blk, i);
+		if (vhost_blk_start_ring(blk, i))
+			__set_bit(i, &started);
+	vhost_blk_apply_worker_policy(blk, started);
+	/* Serve what the guest queued before we started. */
+	for_each_set_bit(i, &started, VHOST_BLK_MAX_QUEUES)
+		vhost_poll_queue(&blk->vqs[i].vq.poll);
 }
 
 /*

@@ -3424,4 +3424,67 @@ TEST_F_TIMEOUT(hard, request_over_4_gib, 120)
 	munmap(big, big_len);
 }
 
+/* Voluntary context switches of the calling thread so far. */
+static long thread_nvcsw(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_THREAD, &ru))
+		return -1;
+	return ru.ru_nvcsw;
+}
+
+/*
+ * 5. A 16-queue device starts with one grace period.  With worker_pool=0,
+ * SET_BACKEND with 16 armed rings moves rings 1-15 to new workers while
+ * they are serving, which needs a grace period and a flush of the worker
+ * they leave: once for all of them, not once per ring.  Each wait for a
+ * grace period or a flush blocks the caller at least once, so the test
+ * counts the caller's voluntary context switches during SET_BACKEND, less
+ * those of making 15 workers (VHOST_NEW_WORKER 15 times on another device,
+ * which waits for no grace period).
+ */
+TEST_F_TIMEOUT(hard, sixteen_rings_start_with_one_grace_period, 60)
+{
+	struct ctx *c = &self->c;
+	long before, make, start;
+	struct timespec t0, t1;
+	struct vmm_blk cal;
+	int back, i, n;
+
+	if (read_str(WORKER_POOL, c->worker_pool, sizeof(c->worker_pool)))
+		SKIP(return, "%s missing", WORKER_POOL);
+	ASSERT_EQ(0, write_str(WORKER_POOL, "0"));
+	back = memfd_create("vmq-backing", MFD_CLOEXEC);
+	ASSERT_LE(0, back);
+	ASSERT_EQ(0, ftruncate(back, 1 << 20));
+
+	ASSERT_EQ(0, blk_open(c, 16, 64, V1, 8 << 20));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	before = thread_nvcsw();
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, back));
+	start = thread_nvcsw() - before;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	close(back);
+
+	n = vmm_owner_workers(getpid(), NULL, NULL, 32);
+	EXPECT_EQ(16, n) TH_LOG("want a worker per ring, saw %d", n);
+
+	ASSERT_EQ(0, vmm_blk_open(&cal, 1, 64, V1, 1 << 20));
+	before = thread_nvcsw();
+	for (i = 0; i < 15; i++) {
+		struct vhost_worker_state w = {};
+
+		ASSERT_EQ(0, ioctl(cal.fd, VHOST_NEW_WORKER, &w));
+	}
+	make = thread_nvcsw() - before;
+	vmm_blk_close(&cal);
+	TH_LOG("SET_BACKEND, 16 armed rings: %ld waits in %.3f s; 15 workers made: %ld",
+	       start, (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9,
+	       make);
+	EXPECT_GE(make + 4, start)
+		TH_LOG("%ld waits beyond making workers: one grace period per ring",
+		       start - make);
+}
+
 TEST_HARNESS_MAIN
