@@ -136,7 +136,7 @@ if [ "${1:-}" = --guest ]; then
 		shift
 		[ -e /tmp/io-marked ] || { say "mark io"; sleep 1; }
 		fio --name=v --filename=$vd --direct=1 --ioengine=psync --rw="$rw" \
-			--bs=4k --size=2M --numjobs="$ncpu" --offset_increment=2M \
+			--bs=4k --size=1M --numjobs="$ncpu" --offset_increment=2M \
 			--cpus_allowed=0-$((ncpu - 1)) --cpus_allowed_policy=split \
 			--verify=crc32c --verify_fatal=1 --randseed=1234 \
 			--group_reporting "$@" >/tmp/fio.log 2>&1 || rc=$?
