@@ -29,9 +29,10 @@
 # four together took from 18 to over 30 minutes.  Cases, by group:
 #
 # backends: null_blk and files
-#   nullb_two_queues_fio_verify  -device vhost-blk-pci,num-queues=2 on
-#       /dev/nullb0: the guest sees /dev/vda with 2 queues, fio (2 jobs, one
-#       per vCPU, random writes with crc32c, read back and verified) passes;
+#   nullb_two_queues_fio_verify  -device vhost-blk-pci,num-queues=2 on a
+#       host_device node of /dev/nullb0: the guest sees /dev/vda with 2
+#       queues, fio (2 jobs, one per vCPU, random writes with crc32c, read
+#       back and verified) passes;
 #   nullb_worker_per_queue       meanwhile each ring's vhost worker thread
 #       (vhost-<qemu pid>, vhost-<qemu pid>-1) woke for that fio, with
 #       worker_pool=1 (the kernel alone would put both rings on one
@@ -49,19 +50,26 @@
 #       guest: reading past the new end fails with EIO in the guest (the
 #       same read succeeded before the shrink), and this kernel's log stays
 #       clean;
-#   file_resize_refresh_size     then QMP vhost-blk-refresh-size on that
-#       disk: the guest sees its new size (a config change interrupt);
+#   file_query_block_shows_disk  QMP query-block lists that disk on its
+#       node;
+#   file_block_resize_seen       then QMP block_resize of that disk's node
+#       to 48 MiB: the guest sees its new size (a config change interrupt);
 #   serial_empty_unless_given    GET_ID: empty without serial= (as QEMU's
 #       virtio-blk), the serial= given otherwise;
+#   format_node_refused          a raw format node over the file is
+#       refused, the error naming the driver;
 #   file_image_locked            while the guest runs, a second QEMU with
-#       the first file is refused (writer and read-only=on alike) with the
-#       lock error, and starts with locking=off;
+#       a node on the first file is refused (writer and read-only=on
+#       alike) with the block layer's lock error, and starts with
+#       locking=off;
 #   file_poll_us_busy_polls      500 reads one at a time: the workers of
 #       the poll-us=1000 device take at least twice the CPU time (and 10
 #       ticks more) of the other device's for the same reads, or, where
 #       the poller is preempted, wake for at most half as many of them;
-#   file_4k_direct_blk_size      a third file, direct=on, on ext4 over a
-#       loop device with 4K sectors: the guest gets 4K blocks, and 4K direct
+#   file_4k_direct_blk_size      a third file, cache.direct=on, on ext4
+#       over a loop device with 4K sectors: without logical_block_size
+#       QEMU refuses the device, naming the 4096 bytes it needs; with
+#       logical_block_size=4096 the guest gets 4K blocks, and 4K direct
 #       writes read back equal;
 #
 # viommu: behind an IOMMU
@@ -204,14 +212,13 @@ if [ "${1:-}" = --guest ]; then
 		done
 		[ "$before" = ok ] || res=$before
 		say "$res shrunk_read_eio"
-		# The host asks QEMU to read vdb's size again
-		# (vhost-blk-refresh-size): a config change interrupt gives
-		# the guest the new one.
-		half=$(($(cat /sys/block/vdb/size) / 2))
+		# The host resizes vdb's node to 48 MiB (block_resize): a
+		# config change interrupt gives the guest the new size.
+		want=$((48 * 2048))
 		say "mark resize"
-		res="fail vdb still has $(cat /sys/block/vdb/size) sectors, not $half"
+		res="fail vdb still has $(cat /sys/block/vdb/size) sectors, not $want"
 		for i in $(seq 1 240); do
-			if [ "$(cat /sys/block/vdb/size)" = $half ]; then
+			if [ "$(cat /sys/block/vdb/size)" = $want ]; then
 				res=ok
 				break
 			fi
@@ -343,8 +350,9 @@ all_groups=(backends viommu mq net)
 declare -A group_cases=(
 	[backends]="nullb_two_queues_fio_verify nullb_worker_per_queue
 		nullb_reboot_then_io nullb_rebind_fewer_queues_io
-		file_fio_verify file_shrunk_read_eio file_resize_refresh_size
-		serial_empty_unless_given file_image_locked
+		file_fio_verify file_shrunk_read_eio file_query_block_shows_disk
+		file_block_resize_seen
+		serial_empty_unless_given format_node_refused file_image_locked
 		file_poll_us_busy_polls file_4k_direct_blk_size"
 	[viommu]="viommu_access_platform_fio_verify
 		viommu_workers_shared_one_thread viommu_iotlb_overflow_then_stop"
@@ -625,6 +633,10 @@ PY
 qmp() { timeout 60 python3 "$work/qmp.py" "$@" 2>&1; }
 
 dmesg_before=$(dmesg | wc -l)
+# nullb_node NAME: the -blockdev arguments of a node NAME on /dev/nullb0.
+nullb_node() {
+	echo "-blockdev driver=host_device,node-name=$1,filename=/dev/nullb0,cache.direct=on"
+}
 
 if want backends; then
 	# No marker from an earlier run: the guest's first boot must see none.
@@ -637,7 +649,7 @@ if want backends; then
 	# workers=per-queue.
 	set_pool 1 ||
 		echo "# no vhost_blk.worker_pool here: per-queue workers are the kernel's default"
-	boot nullb io-reboot "" -device vhost-blk-pci,path=/dev/nullb0,num-queues=2
+	boot nullb io-reboot "" $(nullb_node nb) -device vhost-blk-pci,drive=nb,num-queues=2
 	if guest_ok nullb queues_2 && guest_ok nullb fio_verify; then
 		result ok nullb_two_queues_fio_verify
 	else
@@ -666,28 +678,32 @@ if want backends; then
 	if loopdev=$(losetup -f --show -b 4096 "$work/4k.fs") &&
 	   mkfs.ext4 -q -b 4096 "$loopdev" && mount "$loopdev" "$work/mnt4k" &&
 	   truncate -s 16M "$work/mnt4k/disk3.img"; then
-		dev4k=(-device "vhost-blk-pci,path=$work/mnt4k/disk3.img,num-queues=1")
+		dev4k=(-blockdev "driver=file,node-name=d3,filename=$work/mnt4k/disk3.img,cache.direct=on"
+		       -device "vhost-blk-pci,drive=d3,num-queues=1,logical_block_size=4096,physical_block_size=4096")
 	else
 		echo "# cannot make ext4 on a 4K-sector loop device here"
 	fi
-	# lockrun NAME DEVICE-ARGS: a second QEMU with the device, stopped (-S),
-	# told to quit at once: exits 0 once the device is realized.
+	# lockrun NAME BLOCKDEV-ARGS [DEVICE-ARGS]: a second QEMU with the node
+	# and the device on it, stopped (-S), told to quit at once: exits 0 once
+	# the device is realized.
 	lockrun() {
 		echo quit | timeout 120 "$qemu" -accel tcg,tb-size=64 -M pc -nodefaults \
 			-display none -S -monitor stdio "${fwargs[@]}" \
-			-device "vhost-blk-pci,$2" >"$logs/lock-$1.qemu" 2>&1
+			-blockdev "node-name=n,$2" -device "vhost-blk-pci,drive=n${3:+,$3}" \
+			>"$logs/lock-$1.qemu" 2>&1
 	}
 	# While the guest writes disk.img: another writer and a reader are refused
-	# with the lock error, locking=off lets a third start.
+	# with the block layer's lock error, locking=off lets a third start.
 	lockcheck() {
+		local f=driver=file,filename=$work/disk.img,cache.direct=off
 		lock_rw=0 lock_ro=0 lock_off=0
-		if ! lockrun rw "path=$work/disk.img,direct=off"; then
-			grep -q "is locked" "$logs/lock-rw.qemu" && lock_rw=1
+		if ! lockrun rw "$f"; then
+			grep -q 'Failed to get .*lock' "$logs/lock-rw.qemu" && lock_rw=1
 		fi
-		if ! lockrun ro "path=$work/disk.img,direct=off,read-only=on"; then
-			grep -q "is locked" "$logs/lock-ro.qemu" && lock_ro=1
+		if ! lockrun ro "$f,read-only=on"; then
+			grep -q 'Failed to get .*lock' "$logs/lock-ro.qemu" && lock_ro=1
 		fi
-		lockrun off "path=$work/disk.img,direct=off,locking=off" && lock_off=1
+		lockrun off "$f,locking=off" && lock_off=1
 		for f in rw ro off; do
 			sed -e 's/\x1b\[[0-9;]*[A-Za-z]//g' -e "s/^/# lock-$f: /" \
 				"$logs/lock-$f.qemu"
@@ -697,15 +713,35 @@ if want backends; then
 		lockcheck
 		truncate -s 32M "$work/disk2.img"
 	}
+	# block_resize to 48 MiB: the node's file grows, the guest is told.
+	# query-block first: the disk is the block layer's.
 	on_mark_resize() {
-		qmp "$work/file.qmp" vhost-blk-refresh-size '{"id": "disk2"}' |
+		qmp "$work/file.qmp" query-block '{}' >"$logs/file.query-block"
+		qmp "$work/file.qmp" block_resize '{"node-name": "d2", "size": 50331648}' |
 			sed 's/^/# qmp: /'
 	}
+	# Without logical_block_size=4096 QEMU refuses the O_DIRECT file on
+	# 4K sectors, naming the size it needs.
+	lbs_refused=0
+	if [ ${#dev4k[@]} != 0 ]; then
+		! lockrun lbs "driver=file,filename=$work/mnt4k/disk3.img,cache.direct=on" &&
+			grep -q "O_DIRECT requests of 4096 bytes" "$logs/lock-lbs.qemu" &&
+			lbs_refused=1
+		sed -e 's/\x1b\[[0-9;]*[A-Za-z]//g' -e "s/^/# lbs: /" "$logs/lock-lbs.qemu"
+	fi
+	# A format node (raw over the file) is refused, naming its driver: the
+	# kernel would bypass it.
+	fmt_refused=0
+	! lockrun fmt "driver=raw,file.driver=file,file.filename=$work/disk.img" &&
+		grep -q "is a 'raw' node" "$logs/lock-fmt.qemu" && fmt_refused=1
+	sed -e 's/\x1b\[[0-9;]*[A-Za-z]//g' -e "s/^/# fmt: /" "$logs/lock-fmt.qemu"
 	lock_rw=0 lock_ro=0 lock_off=0
-	disk1="vhost-blk-pci,path=$work/disk.img,num-queues=2,direct=off"
-	disk1="$disk1,poll-us=1000,serial=vmqt-file0"
-	boot file files files_hook -device "$disk1" \
-		-device "vhost-blk-pci,path=$work/disk2.img,num-queues=2,direct=off,id=disk2" \
+	disk1="vhost-blk-pci,drive=d1,num-queues=2,poll-us=1000,serial=vmqt-file0"
+	boot file files files_hook \
+		-blockdev "driver=file,node-name=d1,filename=$work/disk.img,cache.direct=off" \
+		-device "$disk1" \
+		-blockdev "driver=file,node-name=d2,filename=$work/disk2.img,cache.direct=off" \
+		-device "vhost-blk-pci,drive=d2,num-queues=2,id=disk2" \
 		"${dev4k[@]}" -qmp "unix:$work/file.qmp,server=on,wait=off"
 	if guest_ok file fio_verify; then
 		result ok file_fio_verify
@@ -718,17 +754,34 @@ if want backends; then
 		result fail file_shrunk_read_eio \
 			"no EIO in the guest, a failed read before the shrink, or a splat here"
 	fi
-	if guest_ok file resize_seen; then
-		result ok file_resize_refresh_size
+	# disk2's BlockBackend, on node d2, attached to the device.
+	if python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))["return"]
+sys.exit(not any(b.get("qdev", "").startswith("/machine/peripheral/disk2/") and
+                 b.get("inserted", {}).get("node-name") == "d2" for b in r))
+' "$logs/file.query-block" 2>/dev/null; then
+		result ok file_query_block_shows_disk
 	else
-		result fail file_resize_refresh_size \
-			"the guest did not see the shrunk size after vhost-blk-refresh-size"
+		result fail file_query_block_shows_disk \
+			"query-block has no disk2 on node d2: $(head -c 300 "$logs/file.query-block" 2>/dev/null)"
+	fi
+	if guest_ok file resize_seen; then
+		result ok file_block_resize_seen
+	else
+		result fail file_block_resize_seen \
+			"the guest did not see 48 MiB after block_resize"
 	fi
 	if guest_ok nullb serial_empty && guest_ok file serial_given; then
 		result ok serial_empty_unless_given
 	else
 		result fail serial_empty_unless_given \
 			"GET_ID not empty without serial=, or not the serial= given"
+	fi
+	if [ $fmt_refused = 1 ]; then
+		result ok format_node_refused
+	else
+		result fail format_node_refused "a raw format node was not refused by name"
 	fi
 	if [ $lock_rw = 1 ] && [ $lock_ro = 1 ] && [ $lock_off = 1 ]; then
 		result ok file_image_locked
@@ -761,6 +814,9 @@ if want backends; then
 	fi
 	if [ ${#dev4k[@]} = 0 ]; then
 		result fail file_4k_direct_blk_size "no 4K-sector ext4 to put the file on"
+	elif [ $lbs_refused = 0 ]; then
+		result fail file_4k_direct_blk_size \
+			"QEMU took the O_DIRECT file on 4K sectors with 512-byte blocks"
 	elif guest_ok file dio_blk_size; then
 		result ok file_4k_direct_blk_size
 	else
@@ -780,7 +836,7 @@ if want viommu; then
 	kargs="intel_iommu=on"
 	set_pool 0
 	boot vtd viommu "" -M q35 -device intel-iommu,intremap=off \
-		-device vhost-blk-pci,path=/dev/nullb0,num-queues=2,$vtd_dev
+		$(nullb_node nb) -device vhost-blk-pci,drive=nb,num-queues=2,$vtd_dev
 	kargs="acpi=off"
 	if ! guest_ok vtd translated; then
 		result fail viommu_access_platform_fio_verify \
@@ -811,7 +867,7 @@ if want mq; then
 	echo "# 4 vCPUs, the default num-queues, worker_pool=1"
 	set_pool 1
 	smp=4
-	boot mq4 mq "" -device vhost-blk-pci,path=/dev/nullb0
+	boot mq4 mq "" $(nullb_node nb) -device vhost-blk-pci,drive=nb
 	smp=2
 	if guest_ok mq4 queues_4 && guest_ok mq4 fio_verify; then
 		result ok default_num_queues_per_vcpu

@@ -107,13 +107,14 @@ vmq_sparse_valid() {
 		die "$1 fails $2/scripts/checker-valid.sh: sparse would not run"
 }
 
-# vmq_apt_suite SUITE APTDIR: a private apt configuration in APTDIR for the
-# Debian suite SUITE (a "Types: deb" entry at the URI of the machine's own
-# Debian entry; its own lists and cache; /etc/apt untouched), its lists
-# fetched when missing or a week old.  Sets VMQ_APT to the apt-get options
-# that use it, and holds APTDIR/.lock on fd 8 for the caller's lifetime.
+# vmq_apt_suite SUITES APTDIR [TYPES]: a private apt configuration in APTDIR
+# for the Debian suites SUITES (one entry of TYPES, default "deb", at the
+# URI of the machine's own Debian entry; its own lists and cache; /etc/apt
+# untouched), its lists fetched when missing or a week old.  Sets VMQ_APT
+# to the apt-get options that use it, and holds APTDIR/.lock on fd 8 for
+# the caller's lifetime.
 vmq_apt_suite() {
-	local suite=$1 aptdir=$2 rel uri f
+	local suite=$1 aptdir=$2 types=${3:-deb} rel uri f
 
 	VMQ_APT=(-o "Dir::Etc::SourceList=$aptdir/sources.list"
 		 -o "Dir::Etc::SourceParts=$aptdir/sources.list.d"
@@ -141,8 +142,8 @@ vmq_apt_suite() {
 		done
 	} | head -1)
 	[ -n "$uri" ] || die "no Debian deb entry for $rel in /etc/apt to take the mirror from"
-	cat >"$aptdir/sources.list.d/vmq-$suite.sources" <<-EOF
-	Types: deb
+	cat >"$aptdir/sources.list.d/vmq-${suite// /-}.sources" <<-EOF
+	Types: $types
 	URIs: $uri
 	Suites: $suite
 	Components: main

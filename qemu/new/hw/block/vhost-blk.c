@@ -10,21 +10,25 @@
  * backing file and completes them, on worker threads of its own.  QEMU is
  * left with what the kernel does not do:
  *
- * - The backing file.  QEMU opens "path" itself (O_RDWR or O_RDONLY, plus
- *   O_DIRECT unless direct=off) and hands the fd to the kernel with
- *   VHOST_BLK_SET_BACKEND at every start; the block layer is not involved,
- *   so there are no image formats, no throttling and no block jobs.  The
- *   file is locked as QEMU's file backend locks images (see
- *   vhost_blk_lock_image()), so that two VMs cannot both write it.
+ * - The image.  drive= names a block node, "file" or "host_device" with
+ *   no format or filter above it: the kernel reads and writes the file
+ *   itself, so there is nothing between the guest and the file for a
+ *   format or filter driver to do.  The node's BlockBackend holds the
+ *   permissions (so image locking, share-rw, auto-read-only and fdsets are
+ *   the block layer's own), query-block shows the disk, and block_resize
+ *   resizes it.  The fd the kernel gets (VHOST_BLK_SET_BACKEND, at every
+ *   start) is one this device opens on the node's file with the node's
+ *   flags: O_RDONLY where the node cannot be written, O_DIRECT with
+ *   cache.direct=on.  As that I/O bypasses the block layer, every block
+ *   job and graph change on the node is refused (op blockers) but resize.
  *
- * - Config space.  capacity and blk_size come from the backing file
- *   (BLKGETSIZE64/BLKSSZGET for a block device; st_size and the smallest
- *   O_DIRECT request it takes, or 512 with direct=off, for a regular file)
- *   when the device is realized, and the size again on the QMP command
- *   vhost-blk-refresh-size, which tells the guest with a configuration
- *   change interrupt; seg_max, num_queues and the DISCARD/WRITE_ZEROES
- *   limits from the kernel's uapi constants.  Requests past the end of a
- *   shrunk file fail in the kernel (VIRTIO_BLK_S_IOERR) until then.
+ * - Config space.  capacity from the node's length (at every read, so a
+ *   block_resize shows; the guest gets a configuration change interrupt);
+ *   blk_size and the topology from logical_block_size and
+ *   physical_block_size (virtio-blk's defaults: 512, or the host's with a
+ *   host_device node; an error where cache.direct=on cannot serve the
+ *   logical block size); seg_max, num_queues and the DISCARD/WRITE_ZEROES
+ *   limits from the kernel's uapi constants.
  *
  * - Feature bits.  The guest is offered what the kernel reports (for the
  *   bits in kernel_feature_bits) and VIRTIO_BLK_F_RO, which QEMU offers
@@ -48,40 +52,34 @@
  *   with it the kernel's state: owner, serial, workers.
  *
  * - Worker threads.  "per-queue" (the default) gives every ring but ring 0
- *   a worker of its own with VHOST_SET_VRING_WORKER; ring 0 keeps the
- *   device's default worker.  Workers are created at the first start only:
- *   later starts bind the rings to the same workers again, so reboots do
- *   not create threads.  "shared" binds every ring to ring 0's worker.
- *   A kernel without per-ring workers answers ENOTTY: all rings then
- *   share the one worker there is, silently.
+ *   a worker of its own (vhost_dev_bind_vring_worker():
+ *   VHOST_SET_VRING_WORKER where the kernel has it, VHOST_NEW_WORKER and
+ *   VHOST_ATTACH_VRING_WORKER otherwise); ring 0 keeps the device's default
+ *   worker.  Workers are made at the first start only: later starts bind
+ *   the rings to the same workers again, so reboots make no threads.
+ *   "shared" binds every ring to ring 0's worker.  A kernel without
+ *   per-ring workers gets a warning, and all rings share its one worker.
  *
  * - Busy polling.  poll-us (as for -netdev tap) sets every ring's
  *   VHOST_SET_VRING_BUSYLOOP_TIMEOUT once, in vhost_dev_init(): the value
  *   lives in the kernel until the fd is closed, through resets and restarts.
  *
- * - Migration.  Not supported (a blocker).  The rings' indexes would
- *   travel as for vhost-net, but the image would not: nothing hands the
- *   image lock over (the destination could not open an image the source
- *   still holds, where the block layer inactivates it first), nothing
- *   flushes the source's page cache (direct=off) or makes the destination
- *   re-read the size at switch-over, and dirty logging through this
- *   device's rings was never tested.
+ * - Migration.  Not supported yet (a blocker): the rings' state and the
+ *   hand-over of the image (flush and inactivate on the source, activate
+ *   and re-read the size on the destination) are not done.
  */
 
 #include "qemu/osdep.h"
 #include <sys/ioctl.h>
-#include <linux/fs.h>
 #include "qapi/error.h"
-#include "qapi/qapi-commands-virtio.h"
 #include "qapi/qapi-types-virtio.h"
-#include "block/block.h"
+#include "block/block_int.h"
+#include "hw/block/block.h"
 #include "qemu/error-report.h"
 #include "qemu/host-utils.h"
-#include "qemu/memalign.h"
 #include "qemu/module.h"
 #include "hw/qdev-properties.h"
 #include "hw/qdev-properties-system.h"
-#include "hw/sysbus.h"
 #include "hw/virtio/virtio.h"
 #include "hw/virtio/virtio-bus.h"
 #include "hw/virtio/virtio-access.h"
@@ -92,12 +90,10 @@
 #include "migration/blocker.h"
 #include "migration/vmstate.h"
 #include "monitor/monitor.h"
-#include "sysemu/sysemu.h"
+#include "system/block-backend.h"
+#include "system/system.h"
 
 #define VHOST_BLK_SECTOR_BITS 9
-#define VHOST_BLK_SECTOR_SIZE (1 << VHOST_BLK_SECTOR_BITS)
-/* The largest blk_size offered (a guest's page). */
-#define VHOST_BLK_MAX_BLK_SIZE 4096
 #define VHOST_BLK_DEV_PATH "/dev/vhost-blk"
 
 /*
@@ -163,79 +159,53 @@ static int vhost_blk_unbind_unused_rings(VHostBlk *s, Error **errp)
     return 0;
 }
 
-/*
- * A kernel without the worker calls (ENOTTY) keeps one worker for the
- * device: fall back to it silently, as for any other missing vhost
- * feature.  Anything else is worth a warning.
- */
+/* The kernel has no per-ring workers (ENOTTY), or cannot make one. */
 static void vhost_blk_workers_unsupported(VHostBlk *s, int err)
 {
-    if (err != -ENOTTY) {
-        warn_report("vhost-blk: no per-queue workers (%s); "
-                    "all queues share one worker", strerror(-err));
-    }
+    warn_report("vhost-blk: no per-queue workers (%s); all queues share "
+                "one worker", err == -ENOTTY ?
+                "the kernel has no worker calls" : strerror(-err));
     s->workers_unsupported = true;
 }
 
-/* "shared": every ring on ring 0's worker. */
-static void vhost_blk_share_worker(VHostBlk *s)
-{
-    const VhostOps *ops = s->dev.vhost_ops;
-    struct vhost_vring_worker w = { .index = 0 };
-    unsigned int i, id;
-    int ret;
-
-    ret = ops->vhost_get_vring_worker(&s->dev, &w);
-    if (ret == -ENOTTY) {
-        /* One worker for the device is all such a kernel has. */
-        s->workers_unsupported = true;
-        return;
-    }
-    if (ret < 0) {
-        warn_report("vhost-blk: cannot get queue 0's worker: %s",
-                    strerror(-ret));
-        return;
-    }
-    id = w.worker_id;
-
-    for (i = 1; i < s->dev.nvqs; i++) {
-        if (!vhost_blk_ring_in_use(s, i)) {
-            continue;
-        }
-        w.index = i;
-        w.worker_id = id;
-        ret = ops->vhost_attach_vring_worker(&s->dev, &w);
-        if (ret < 0) {
-            warn_report("vhost-blk: queue %u cannot share queue 0's worker: "
-                        "%s", i, strerror(-ret));
-        }
-    }
-}
-
 /*
- * "per-queue": ring i > 0 on a worker of its own, created at the first
- * start and reused afterwards.
+ * Ring i > 0 on the worker *id: for "per-queue" the one made for it at the
+ * first start (VHOST_VRING_NEW_WORKER until then), for "shared" ring 0's.
  */
-static void vhost_blk_per_queue_workers(VHostBlk *s)
+static void vhost_blk_apply_worker_policy(VHostBlk *s)
 {
     const VhostOps *ops = s->dev.vhost_ops;
-    struct vhost_vring_worker w;
+    struct vhost_vring_worker w0 = { .index = 0 };
     unsigned int i;
+    uint32_t id;
     int ret;
+
+    if (s->workers_unsupported || s->dev.nvqs < 2) {
+        return;
+    }
+
+    if (s->workers == VHOST_BLK_WORKERS_SHARED) {
+        ret = ops->vhost_get_vring_worker ?
+              ops->vhost_get_vring_worker(&s->dev, &w0) : -ENOTTY;
+        if (ret == -ENOTTY) {
+            /* One worker for the device: shared already. */
+            s->workers_unsupported = true;
+            return;
+        }
+        if (ret < 0) {
+            warn_report("vhost-blk: cannot get queue 0's worker: %s",
+                        strerror(-ret));
+            return;
+        }
+    }
 
     for (i = 1; i < s->dev.nvqs; i++) {
         if (!vhost_blk_ring_in_use(s, i)) {
             continue;
         }
-        w.index = i;
-        w.worker_id = s->worker_ids[i];
-        ret = ops->vhost_set_vring_worker(&s->dev, &w);
-        if (ret == -ENODEV && s->worker_ids[i] != VHOST_VRING_NEW_WORKER) {
-            /* Ours is gone (someone freed it): make another. */
-            w.index = i;
-            w.worker_id = VHOST_VRING_NEW_WORKER;
-            ret = ops->vhost_set_vring_worker(&s->dev, &w);
-        }
+        id = s->workers == VHOST_BLK_WORKERS_SHARED ? w0.worker_id :
+                                                      s->worker_ids[i];
+        ret = vhost_dev_bind_vring_worker(&s->dev, i, &id);
         if (ret == -ENOTTY) {
             vhost_blk_workers_unsupported(s, ret);
             return;
@@ -246,28 +216,9 @@ static void vhost_blk_per_queue_workers(VHostBlk *s)
                         i, strerror(-ret));
             continue;
         }
-        s->worker_ids[i] = w.worker_id;
-    }
-}
-
-/* After vhost_dev_start(), before the backend is attached. */
-static void vhost_blk_apply_worker_policy(VHostBlk *s)
-{
-    const VhostOps *ops = s->dev.vhost_ops;
-
-    if (s->workers_unsupported || s->dev.nvqs < 2) {
-        return;
-    }
-    if (!ops->vhost_set_vring_worker || !ops->vhost_get_vring_worker ||
-        !ops->vhost_attach_vring_worker) {
-        vhost_blk_workers_unsupported(s, -ENOTSUP);
-        return;
-    }
-
-    if (s->workers == VHOST_BLK_WORKERS_PER_QUEUE) {
-        vhost_blk_per_queue_workers(s);
-    } else {
-        vhost_blk_share_worker(s);
+        if (s->workers == VHOST_BLK_WORKERS_PER_QUEUE) {
+            s->worker_ids[i] = id;
+        }
     }
 }
 
@@ -434,6 +385,8 @@ static uint64_t vhost_blk_get_features(VirtIODevice *vdev, uint64_t features,
     virtio_add_feature(&features, VIRTIO_BLK_F_SEG_MAX);
     virtio_add_feature(&features, VIRTIO_BLK_F_BLK_SIZE);
     virtio_add_feature(&features, VIRTIO_BLK_F_FLUSH);
+    /* Config space only: QEMU's, never sent to the kernel. */
+    virtio_add_feature(&features, VIRTIO_BLK_F_TOPOLOGY);
     if (s->num_queues > 1) {
         virtio_add_feature(&features, VIRTIO_BLK_F_MQ);
     }
@@ -451,18 +404,28 @@ static void vhost_blk_get_config(VirtIODevice *vdev, uint8_t *config)
 {
     VHostBlk *s = VHOST_BLK(vdev);
     struct virtio_blk_config blkcfg;
+    uint32_t blk_size = s->conf.logical_block_size;
+    uint64_t capacity;
+
+    /* The node's length now: block_resize shows at the next read. */
+    blk_get_geometry(s->conf.blk, &capacity);
+    capacity -= capacity % (blk_size >> VHOST_BLK_SECTOR_BITS);
 
     memset(&blkcfg, 0, sizeof(blkcfg));
-    virtio_stq_p(vdev, &blkcfg.capacity, s->capacity);
+    virtio_stq_p(vdev, &blkcfg.capacity, capacity);
     virtio_stl_p(vdev, &blkcfg.seg_max,
                  MIN(VHOST_BLK_SEG_MAX, s->queue_size - 2));
-    virtio_stl_p(vdev, &blkcfg.blk_size, s->blk_size);
+    virtio_stl_p(vdev, &blkcfg.blk_size, blk_size);
+    blkcfg.physical_block_exp =
+        ctz32(s->conf.physical_block_size / blk_size);
+    virtio_stw_p(vdev, &blkcfg.min_io_size, s->conf.min_io_size / blk_size);
+    virtio_stl_p(vdev, &blkcfg.opt_io_size, s->conf.opt_io_size / blk_size);
     virtio_stw_p(vdev, &blkcfg.num_queues, s->num_queues);
     virtio_stl_p(vdev, &blkcfg.max_discard_sectors,
                  VHOST_BLK_MAX_DISCARD_SECTORS);
     virtio_stl_p(vdev, &blkcfg.max_discard_seg, VHOST_BLK_MAX_DISCARD_SEG);
     virtio_stl_p(vdev, &blkcfg.discard_sector_alignment,
-                 s->blk_size >> VHOST_BLK_SECTOR_BITS);
+                 blk_size >> VHOST_BLK_SECTOR_BITS);
     virtio_stl_p(vdev, &blkcfg.max_write_zeroes_sectors,
                  VHOST_BLK_MAX_WRITE_ZEROES_SECTORS);
     virtio_stl_p(vdev, &blkcfg.max_write_zeroes_seg,
@@ -472,261 +435,66 @@ static void vhost_blk_get_config(VirtIODevice *vdev, uint8_t *config)
     memcpy(config, &blkcfg, MIN(vdev->config_len, sizeof(blkcfg)));
 }
 
-/*
- * Image locks, laid out as QEMU's file backend lays them, so that this
- * device, QEMU's own disks and qemu-img see each other's: for every
- * permission bit i (BLK_PERM_*), an OFD read lock on byte
- * VHOST_BLK_LOCK_HELD + i says "I use it" and one on byte
- * VHOST_BLK_LOCK_UNSHARED + i says "nobody else may".  A write lock on a
- * byte is never taken, only tested: it fails where another open file holds
- * the byte.
- */
-#define VHOST_BLK_LOCK_HELD     100
-#define VHOST_BLK_LOCK_UNSHARED 200
-
-static const char *vhost_blk_perm_name(int bit)
+/* block_resize: virtio_notify_config() wants the main loop (and the BQL). */
+static void vhost_blk_resize_bh(void *opaque)
 {
-    switch (1ULL << bit) {
-    case BLK_PERM_CONSISTENT_READ:
-        return "consistent read";
-    case BLK_PERM_WRITE:
-        return "write";
-    case BLK_PERM_WRITE_UNCHANGED:
-        return "write unchanged";
-    case BLK_PERM_RESIZE:
-        return "resize";
-    }
-    return "unknown";
+    virtio_notify_config(VIRTIO_DEVICE(opaque));
 }
 
-/*
- * Lock what a virtio-blk disk (without share-rw) locks: it reads, writes
- * unless read-only=on, and lets nobody else write.  So two writers, or a
- * writer and a reader, of one image conflict; readers do not.
- */
-static bool vhost_blk_lock_image(VHostBlk *s, int fd, Error **errp)
+static void vhost_blk_resize(void *opaque)
 {
-    uint64_t held = BLK_PERM_CONSISTENT_READ;
-    uint64_t unshared = BLK_PERM_WRITE;
-    int bit, ret;
-
-    if (s->locking == ON_OFF_AUTO_OFF ||
-        (s->locking == ON_OFF_AUTO_AUTO && !qemu_has_ofd_lock())) {
-        return true;
-    }
-    if (!qemu_has_ofd_lock()) {
-        warn_report("vhost-blk: no OFD locks on this host: '%s' gets "
-                    "POSIX locks, which closing any fd of it drops",
-                    s->path);
-    }
-    if (!s->read_only) {
-        held |= BLK_PERM_WRITE;
-    }
-
-    for (bit = 0; (1ULL << bit) <= BLK_PERM_ALL; bit++) {
-        if (held & (1ULL << bit)) {
-            ret = qemu_lock_fd(fd, VHOST_BLK_LOCK_HELD + bit, 1, false);
-            if (ret < 0) {
-                goto lock_failed;
-            }
-        }
-        if (unshared & (1ULL << bit)) {
-            ret = qemu_lock_fd(fd, VHOST_BLK_LOCK_UNSHARED + bit, 1, false);
-            if (ret < 0) {
-                goto lock_failed;
-            }
-        }
-    }
-
-    /* Who else is there: users that do not share what we use... */
-    for (bit = 0; (1ULL << bit) <= BLK_PERM_ALL; bit++) {
-        if ((held & (1ULL << bit)) &&
-            qemu_lock_fd_test(fd, VHOST_BLK_LOCK_UNSHARED + bit, 1,
-                              true) < 0) {
-            error_setg(errp, "'%s' is locked: another process (another VM?) "
-                       "uses it and shares no \"%s\" permission; "
-                       "locking=off skips this check", s->path,
-                       vhost_blk_perm_name(bit));
-            return false;
-        }
-    }
-    /* ...and users of what we do not share. */
-    for (bit = 0; (1ULL << bit) <= BLK_PERM_ALL; bit++) {
-        if ((unshared & (1ULL << bit)) &&
-            qemu_lock_fd_test(fd, VHOST_BLK_LOCK_HELD + bit, 1, true) < 0) {
-            error_setg(errp, "'%s' is locked: another process (another VM?) "
-                       "holds the \"%s\" permission on it; locking=off "
-                       "skips this check", s->path,
-                       vhost_blk_perm_name(bit));
-            return false;
-        }
-    }
-    return true;
-
-lock_failed:
-    error_setg_errno(errp, -ret, "cannot lock '%s' (locking=off skips it)",
-                     s->path);
-    return false;
+    aio_bh_schedule_oneshot(qemu_get_aio_context(), vhost_blk_resize_bh,
+                            opaque);
 }
 
+static const BlockDevOps vhost_blk_block_ops = {
+    .resize_cb = vhost_blk_resize,
+};
+
 /*
- * The smallest request O_DIRECT takes on a regular file: what statx()
- * reports (STATX_DIOALIGN, Linux 6.1), else the first length from 512 to
- * 4096 that a direct read at offset 0 does not refuse with EINVAL.  Other
- * errors (EIO) say nothing about alignment and end the search, as does an
- * empty file, where any length reads nothing.
+ * The node the kernel serves: "file" or "host_device", nothing above it.
+ * Open its file again with its flags, for VHOST_BLK_SET_BACKEND.
  */
-static uint32_t vhost_blk_dio_alignment(int fd)
-{
-    uint32_t align;
-    void *buf;
-
-#if defined(CONFIG_STATX) && defined(STATX_DIOALIGN)
-    struct statx stx;
-
-    if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
-        (stx.stx_mask & STATX_DIOALIGN) && stx.stx_dio_offset_align) {
-        return MAX(stx.stx_dio_offset_align, VHOST_BLK_SECTOR_SIZE);
-    }
-#endif
-
-    buf = qemu_memalign(qemu_real_host_page_size(), VHOST_BLK_MAX_BLK_SIZE);
-    for (align = VHOST_BLK_SECTOR_SIZE; align < VHOST_BLK_MAX_BLK_SIZE;
-         align *= 2) {
-        if (pread(fd, buf, align, 0) >= 0 || errno != EINVAL) {
-            break;
-        }
-    }
-    qemu_vfree(buf);
-    return align;
-}
-
-/* Open "path", lock it and read its size and logical block size. */
 static bool vhost_blk_open_backing(VHostBlk *s, Error **errp)
 {
+    BlockDriverState *bs = blk_bs(s->conf.blk);
+    const char *drv = bs && bs->drv ? bs->drv->format_name : "";
     int flags = s->read_only ? O_RDONLY : O_RDWR;
-    uint64_t bytes;
+    uint32_t align;
     struct stat st;
     int fd;
 
-    if (s->direct) {
-        flags |= O_DIRECT;
+    if (strcmp(drv, "file") && strcmp(drv, "host_device")) {
+        error_setg(errp, "drive '%s' is a '%s' node: vhost-blk serves a "
+                   "'file' or 'host_device' node, with no format or filter "
+                   "above it (the kernel does the I/O itself)",
+                   blk_name(s->conf.blk), drv);
+        return false;
     }
-    fd = qemu_open(s->path, flags, errp);
+    if (blk_get_flags(s->conf.blk) & BDRV_O_NOCACHE) {
+        flags |= O_DIRECT;
+        /* The kernel submits the guest's requests as they are. */
+        align = blk_get_request_alignment(s->conf.blk);
+        if (align > s->conf.logical_block_size) {
+            error_setg(errp, "'%s' takes O_DIRECT requests of %" PRIu32
+                       " bytes or more: set logical_block_size=%" PRIu32
+                       " or cache.direct=off", bs->filename, align, align);
+            return false;
+        }
+    }
+
+    fd = qemu_open(bs->filename, flags, errp);
     if (fd < 0) {
         return false;
     }
-
-    if (fstat(fd, &st) < 0) {
-        error_setg_errno(errp, errno, "cannot stat '%s'", s->path);
-        goto fail;
-    }
-    if (!vhost_blk_lock_image(s, fd, errp)) {
-        goto fail;
-    }
-
-    if (S_ISBLK(st.st_mode)) {
-        int lbs;
-
-        if (ioctl(fd, BLKGETSIZE64, &bytes) < 0) {
-            error_setg_errno(errp, errno, "cannot get the size of '%s'",
-                             s->path);
-            goto fail;
-        }
-        if (ioctl(fd, BLKSSZGET, &lbs) < 0) {
-            error_setg_errno(errp, errno,
-                             "cannot get the logical block size of '%s'",
-                             s->path);
-            goto fail;
-        }
-        if (lbs < VHOST_BLK_SECTOR_SIZE || !is_power_of_2(lbs)) {
-            error_setg(errp, "'%s' has an unusable logical block size %d",
-                       s->path, lbs);
-            goto fail;
-        }
-        s->blk_size = lbs;
-    } else if (S_ISREG(st.st_mode)) {
-        bytes = st.st_size;
-        /*
-         * The kernel submits what the guest sends as it is: with O_DIRECT,
-         * the guest must not send less than the file takes (a 4K-native
-         * disk under the file system refuses 512-byte requests).
-         */
-        s->blk_size = s->direct ? vhost_blk_dio_alignment(fd) :
-                                  VHOST_BLK_SECTOR_SIZE;
-        if (s->blk_size > VHOST_BLK_MAX_BLK_SIZE ||
-            !is_power_of_2(s->blk_size)) {
-            error_setg(errp, "'%s' takes O_DIRECT requests of %u bytes or "
-                       "more, which a guest cannot use as its block size; "
-                       "try direct=off", s->path, s->blk_size);
-            goto fail;
-        }
-    } else {
+    if (fstat(fd, &st) < 0 || !(S_ISBLK(st.st_mode) || S_ISREG(st.st_mode))) {
         error_setg(errp, "'%s' is neither a block device nor a regular file",
-                   s->path);
-        goto fail;
+                   bs->filename);
+        close(fd);
+        return false;
     }
-
-    if (bytes % s->blk_size) {
-        warn_report("vhost-blk: '%s': the last %" PRIu64 " bytes are not a "
-                    "whole block and are not visible to the guest",
-                    s->path, bytes % s->blk_size);
-        bytes -= bytes % s->blk_size;
-    }
-    s->capacity = bytes >> VHOST_BLK_SECTOR_BITS;
     s->backing_fd = fd;
     return true;
-
-fail:
-    close(fd);
-    return false;
-}
-
-/*
- * QMP vhost-blk-refresh-size: the size of the backing file again, and a
- * configuration change interrupt where it changed.  The block size stays.
- */
-void qmp_vhost_blk_refresh_size(const char *id, Error **errp)
-{
-    DeviceState *dev = qdev_find_recursive(sysbus_get_default(), id);
-    Object *obj = dev ? OBJECT(dev) : object_resolve_path(id, NULL);
-    VHostBlk *s;
-    uint64_t bytes, capacity;
-    struct stat st;
-
-    if (obj && !object_dynamic_cast(obj, TYPE_VHOST_BLK)) {
-        /* A transport (vhost-blk-pci): the device is its child. */
-        obj = object_resolve_path_component(obj, "virtio-backend");
-    }
-    if (!obj || !object_dynamic_cast(obj, TYPE_VHOST_BLK)) {
-        error_setg(errp, "'%s' is not a vhost-blk device", id);
-        return;
-    }
-    s = VHOST_BLK(obj);
-    if (s->backing_fd < 0) {
-        error_setg(errp, "'%s' is not realized", id);
-        return;
-    }
-
-    if (fstat(s->backing_fd, &st) < 0) {
-        error_setg_errno(errp, errno, "cannot stat '%s'", s->path);
-        return;
-    }
-    if (S_ISBLK(st.st_mode)) {
-        if (ioctl(s->backing_fd, BLKGETSIZE64, &bytes) < 0) {
-            error_setg_errno(errp, errno, "cannot get the size of '%s'",
-                             s->path);
-            return;
-        }
-    } else {
-        bytes = st.st_size;
-    }
-    capacity = (bytes - bytes % s->blk_size) >> VHOST_BLK_SECTOR_BITS;
-    if (capacity == s->capacity) {
-        return;
-    }
-    s->capacity = capacity;
-    virtio_notify_config(VIRTIO_DEVICE(s));
 }
 
 /* Check "serial" and lay it out as VHOST_BLK_SET_SERIAL wants it. */
@@ -777,8 +545,12 @@ static void vhost_blk_device_realize(DeviceState *dev, Error **errp)
     unsigned int i;
     int ret;
 
-    if (!s->path) {
-        error_setg(errp, "'path' is required");
+    if (!s->conf.blk) {
+        error_setg(errp, "drive property not set");
+        return;
+    }
+    if (!blk_is_inserted(s->conf.blk)) {
+        error_setg(errp, "Device needs media, but drive is empty");
         return;
     }
     if (s->num_queues == VHOST_BLK_AUTO_NUM_QUEUES) {
@@ -807,7 +579,11 @@ static void vhost_blk_device_realize(DeviceState *dev, Error **errp)
         return;
     }
 
-    if (!vhost_blk_open_backing(s, errp)) {
+
+    s->read_only = !blk_supports_write_perm(s->conf.blk);
+    if (!blkconf_apply_backend_options(&s->conf, s->read_only, true, errp) ||
+        !blkconf_blocksizes(&s->conf, errp) ||
+        !vhost_blk_open_backing(s, errp)) {
         return;
     }
 
@@ -874,19 +650,23 @@ static void vhost_blk_device_realize(DeviceState *dev, Error **errp)
         goto err_vhost;
     }
 
-    /*
-     * Not the rings (their indexes would travel as vhost-net's do) but the
-     * image: nothing hands its lock, its page cache or its size over to the
-     * destination (see "Migration" at the top).
-     */
+    /* See "Migration" at the top. */
     error_setg(&s->migration_blocker,
-               "vhost-blk does not support live migration: nothing hands "
-               "its image over to the destination");
-    if (migrate_add_blocker(s->migration_blocker, errp) < 0) {
-        error_free(s->migration_blocker);
-        s->migration_blocker = NULL;
+               "vhost-blk does not support live migration yet");
+    if (migrate_add_blocker(&s->migration_blocker, errp) < 0) {
         goto err_vhost;
     }
+
+    /*
+     * The kernel's I/O bypasses the node: a job or a filter inserted
+     * above it would miss every write.  Resizing is the block layer's.
+     */
+    error_setg(&s->op_blocker, "vhost-blk device '%s' does its I/O in the "
+               "kernel", blk_name(s->conf.blk));
+    bdrv_op_block_all(blk_bs(s->conf.blk), s->op_blocker);
+    bdrv_op_unblock(blk_bs(s->conf.blk), BLOCK_OP_TYPE_RESIZE,
+                    s->op_blocker);
+    blk_set_dev_ops(s->conf.blk, &vhost_blk_block_ops, s);
     return;
 
 err_vhost:
@@ -915,9 +695,11 @@ static void vhost_blk_device_unrealize(DeviceState *dev)
     close(s->backing_fd);
     s->backing_fd = -1;
 
-    migrate_del_blocker(s->migration_blocker);
-    error_free(s->migration_blocker);
-    s->migration_blocker = NULL;
+    migrate_del_blocker(&s->migration_blocker);
+    bdrv_op_unblock_all(blk_bs(s->conf.blk), s->op_blocker);
+    error_free(s->op_blocker);
+    s->op_blocker = NULL;
+    blk_set_dev_ops(s->conf.blk, NULL, NULL);
 }
 
 static struct vhost_dev *vhost_blk_get_vhost(VirtIODevice *vdev)
@@ -933,7 +715,7 @@ static void vhost_blk_instance_init(Object *obj)
 
     s->backing_fd = -1;
     s->vhost_fd = -1;
-    device_add_bootindex_property(obj, &s->bootindex, "bootindex",
+    device_add_bootindex_property(obj, &s->conf.bootindex, "bootindex",
                                   "/disk@0,0", DEVICE(obj));
 }
 
@@ -941,17 +723,14 @@ static const VMStateDescription vmstate_vhost_blk = {
     .name = "vhost-blk",
     .minimum_version_id = 1,
     .version_id = 1,
-    .fields = (VMStateField[]) {
+    .fields = (const VMStateField[]) {
         VMSTATE_VIRTIO_DEVICE,
         VMSTATE_END_OF_LIST()
     },
 };
 
-static Property vhost_blk_properties[] = {
-    DEFINE_PROP_STRING("path", VHostBlk, path),
-    DEFINE_PROP_BOOL("read-only", VHostBlk, read_only, false),
-    DEFINE_PROP_BOOL("direct", VHostBlk, direct, true),
-    DEFINE_PROP_ON_OFF_AUTO("locking", VHostBlk, locking, ON_OFF_AUTO_AUTO),
+static const Property vhost_blk_properties[] = {
+    DEFINE_BLOCK_PROPERTIES(VHostBlk, conf),
     DEFINE_PROP_STRING("serial", VHostBlk, serial),
     DEFINE_PROP_UINT16("num-queues", VHostBlk, num_queues,
                        VHOST_BLK_AUTO_NUM_QUEUES),
@@ -964,7 +743,6 @@ static Property vhost_blk_properties[] = {
                       VIRTIO_BLK_F_DISCARD, true),
     DEFINE_PROP_BIT64("write-zeroes", VHostBlk, parent_obj.host_features,
                       VIRTIO_BLK_F_WRITE_ZEROES, true),
-    DEFINE_PROP_END_OF_LIST(),
 };
 
 static void vhost_blk_class_init(ObjectClass *klass, void *data)

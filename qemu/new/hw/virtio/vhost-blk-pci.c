@@ -28,11 +28,10 @@ struct VHostBlkPCI {
     VHostBlk vdev;
 };
 
-static Property vhost_blk_pci_properties[] = {
+static const Property vhost_blk_pci_properties[] = {
     DEFINE_PROP_UINT32("class", VirtIOPCIProxy, class_code, 0),
     DEFINE_PROP_UINT32("vectors", VirtIOPCIProxy, nvectors,
                        DEV_NVECTORS_UNSPECIFIED),
-    DEFINE_PROP_END_OF_LIST(),
 };
 
 static void vhost_blk_pci_realize(VirtIOPCIProxy *vpci_dev, Error **errp)

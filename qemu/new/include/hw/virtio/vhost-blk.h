@@ -7,6 +7,7 @@
 #define HW_VIRTIO_VHOST_BLK_H
 
 #include "standard-headers/linux/virtio_blk.h"
+#include "hw/block/block.h"
 #include "hw/virtio/virtio.h"
 #include "hw/virtio/vhost.h"
 #include "qom/object.h"
@@ -27,32 +28,32 @@ struct VHostBlk {
     VirtIODevice parent_obj;
 
     /* Properties */
-    char *path;             /* backing block device or regular file */
-    bool read_only;         /* open it O_RDONLY, offer VIRTIO_BLK_F_RO */
-    bool direct;            /* open it O_DIRECT */
-    OnOffAuto locking;      /* image locks (auto: where OFD locks exist) */
+    BlockConf conf;         /* drive=, block sizes, share-rw, bootindex */
     char *serial;           /* what GET_ID returns */
     uint16_t num_queues;
     uint16_t queue_size;
     VhostBlkWorkers workers;
     uint32_t poll_us;       /* rings' busy-poll timeout, 0: the kernel's */
     char *vhostfd_name;     /* a pre-opened /dev/vhost-blk */
-    int32_t bootindex;
 
-    /* The backing file, passed to VHOST_BLK_SET_BACKEND at every start. */
+    /* The node cannot be written (VIRTIO_BLK_F_RO, an O_RDONLY fd). */
+    bool read_only;
+    /*
+     * The node's file, opened again with the node's flags, passed to
+     * VHOST_BLK_SET_BACKEND at every start; -1 while unrealized.
+     */
     int backing_fd;
     /* /dev/vhost-blk; owned by dev (vhost_dev_cleanup() closes it). */
     int vhost_fd;
-    /* Config space, in host byte order. */
-    uint64_t capacity;      /* 512-byte sectors */
-    uint32_t blk_size;      /* logical block size */
+    /* Why the node's block jobs and graph changes are refused. */
+    Error *op_blocker;
 
-    /* The kernel has no per-ring workers (ENOTTY): do not ask again. */
+    /* The kernel has no per-ring workers: do not ask again. */
     bool workers_unsupported;
     /*
-     * Per-queue policy: the worker created for each ring, kept for the
+     * Per-queue policy: the worker made for each ring, kept for the
      * lifetime of the device (the kernel keeps it until the fd is closed),
-     * VHOST_VRING_NEW_WORKER while none was created.  Ring 0 stays on the
+     * VHOST_VRING_NEW_WORKER while none was made.  Ring 0 stays on the
      * device's default worker.
      */
     uint32_t worker_ids[VHOST_BLK_MAX_QUEUES];
