@@ -21,12 +21,12 @@
 # QEMU loads and the guest unpacks at every boot under double TCG.  vhost_blk.worker_pool
 # is set for each boot (below) and restored at the end.
 #
-#   vhost_qemu.sh [GROUP...]   GROUP: backends, viommu, mq, net (default
-#                              all four, in that order)
+#   vhost_qemu.sh [GROUP...]   GROUP: backends, viommu, mq, migrate, net
+#                              (default all five, in that order)
 #
 # kselftest runs each group on its own (vhost_qemu_GROUP.sh), each within
 # the directory's timeout: under double TCG a guest takes minutes, and the
-# four together took from 18 to over 30 minutes.  Cases, by group:
+# groups together took from 18 to over 30 minutes.  Cases, by group:
 #
 # backends: null_blk and files
 #   nullb_two_queues_fio_verify  -device vhost-blk-pci,num-queues=2 on a
@@ -98,6 +98,16 @@
 #       the guest sees 4 queues, fio verify (4 jobs, one per vCPU) passes;
 #   default_num_queues_worker_per_queue  with worker_pool=1, 4 worker
 #       threads, each woke for that fio;
+#
+# migrate: live migration
+#   migrate_reads_survive        a 64 MiB file node on this machine (the
+#       storage both QEMUs see), vhost-blk-pci with 2 queues: the guest
+#       writes 1 MiB, then reads it back again and again while the source
+#       QEMU migrates it to a destination QEMU (-incoming) on this machine;
+#       the migration completes, block_resize on the destination grows the
+#       disk to 96 MiB, and the guest, now on the destination, sees the new
+#       size with every read equal to what it wrote, and a new write reads
+#       back;
 #
 # net: vhost-net
 #   tap_per_ring_workers_ping    -netdev tap,vhost=on,vhost-workers=per-ring:
@@ -309,6 +319,45 @@ if [ "${1:-}" = --guest ]; then
 			say "fail fio_verify"; sed 's/^/VMQT: # /' /tmp/fio.log
 		fi
 		;;
+	migrate)
+		# 1 MiB of random data, written, then read back again and
+		# again while the host migrates the guest: every read's data
+		# and used element is written by the kernel into guest
+		# memory, which must reach the destination (vhost's dirty
+		# log).  The host grows the disk on the destination when the
+		# migration is done: the new size ends the loop.
+		dd if=/dev/urandom of=/tmp/pat bs=1M count=1 2>/dev/null
+		dd if=/tmp/pat of=$vd bs=1M count=1 oflag=direct 2>/dev/null ||
+			say "fail migrate_verify: the first write failed"
+		size0=$(cat /sys/block/vda/size)
+		say "mark migrate"
+		res="fail the disk did not grow within 600 s"
+		n=0
+		for i in $(seq 1 1200); do
+			if ! dd if=$vd of=/tmp/back bs=1M count=1 iflag=direct 2>/tmp/dd.err ||
+			   ! cmp -s /tmp/pat /tmp/back; then
+				res="fail read $((n + 1)) differs or failed: $(cat /tmp/dd.err)"
+				break
+			fi
+			n=$((n + 1))
+			if [ "$(cat /sys/block/vda/size)" != "$size0" ]; then
+				res=ok
+				break
+			fi
+		done
+		say "info $n reads of 1 MiB until the disk grew"
+		# On the destination: what the source wrote is there, and new
+		# writes read back.
+		if [ "$res" = ok ]; then
+			dd if=/dev/urandom of=/tmp/pat2 bs=1M count=1 2>/dev/null
+			if ! dd if=/tmp/pat2 of=$vd bs=1M count=1 seek=1 oflag=direct 2>/dev/null ||
+			   ! dd if=$vd of=/tmp/back2 bs=1M count=1 skip=1 iflag=direct 2>/dev/null ||
+			   ! cmp -s /tmp/pat2 /tmp/back2; then
+				res="fail a write after the migration did not read back"
+			fi
+		fi
+		say "$res migrate_verify"
+		;;
 	net)
 		busybox ip addr add 10.99.0.2/24 dev eth0 &&
 			busybox ip link set eth0 up || say "fail no eth0"
@@ -345,8 +394,8 @@ qemu=${VHOST_QEMU:-}
 kernel=${VHOST_QEMU_KERNEL:-}
 fw=${VHOST_QEMU_FW:-/usr/share/qemu:/usr/share/seabios}
 # The groups of cases, each on guests of its own: vhost_qemu.sh GROUP...
-# runs those named, in this order, all four without arguments.
-all_groups=(backends viommu mq net)
+# runs those named, in this order, all five without arguments.
+all_groups=(backends viommu mq migrate net)
 declare -A group_cases=(
 	[backends]="nullb_two_queues_fio_verify nullb_worker_per_queue
 		nullb_reboot_then_io nullb_rebind_fewer_queues_io
@@ -357,6 +406,7 @@ declare -A group_cases=(
 	[viommu]="viommu_access_platform_fio_verify
 		viommu_workers_shared_one_thread viommu_iotlb_overflow_then_stop"
 	[mq]="default_num_queues_per_vcpu default_num_queues_worker_per_queue"
+	[migrate]="migrate_reads_survive"
 	[net]="tap_per_ring_workers_ping"
 )
 for g in "$@"; do
@@ -520,18 +570,36 @@ mark_ticks() {
 # function on_mark_M runs, if there is one).  Leaves the
 # qemu pid in $qpid and the guest's vhost worker CPU times in
 # $logs/NAME.workers.
-boot() {
-	local name=$1 mode=$2 hook=$3 log=$logs/$1.log hooked=0 i m
-	shift 3
-	: >"$log"
+# start_qemu NAME MODE QEMU-ARGS...: a guest in MODE, its console in
+# $logs/NAME.log, QEMU's output in $logs/NAME.qemu, the pid in $qpid.
+start_qemu() {
+	local name=$1 mode=$2
+	shift 2
+	: >"$logs/$name.log"
 	"$qemu" -accel tcg,tb-size=64 -smp "$smp,sockets=$smp,cores=1,threads=1" -m 512M \
 		-nographic -nodefaults \
-		-serial "file:$log" "${fwargs[@]}" \
+		-serial "file:$logs/$name.log" "${fwargs[@]}" \
 		-kernel "$kernel" -initrd "$work/initrd.cpio" \
 		-append "console=ttyS0 panic=-1 $kargs quiet vmqt.mode=$mode" \
 		"$@" >"$logs/$name.qemu" 2>&1 &
 	qpid=$!
 	echo "# $name: qemu started at $(date +%T)"
+}
+# wait_console NAME LINE SECONDS: until the console of NAME has LINE,
+# or SECONDS pass (then non-zero).
+wait_console() {
+	local i
+	for i in $(seq 1 $(($3 * 2))); do
+		tr -d '\r' <"$logs/$1.log" | grep -aqx "$2" && return 0
+		sleep 0.5
+	done
+	return 1
+}
+
+boot() {
+	local name=$1 mode=$2 hook=$3 log=$logs/$1.log hooked=0 i m
+	shift 3
+	start_qemu "$name" "$mode" "$@"
 	for i in $(seq 1 1200); do
 		# Marks first: the last may come just before "done".
 		for m in $(tr -d '\r' <"$log" | sed -n 's/^VMQT: mark \([a-z0-9]*\)$/\1/p'); do
@@ -733,7 +801,7 @@ if want backends; then
 	# kernel would bypass it.
 	fmt_refused=0
 	! lockrun fmt "driver=raw,file.driver=file,file.filename=$work/disk.img" &&
-		grep -q "is a 'raw' node" "$logs/lock-fmt.qemu" && fmt_refused=1
+		grep -q "node 'n' is a 'raw' node" "$logs/lock-fmt.qemu" && fmt_refused=1
 	sed -e 's/\x1b\[[0-9;]*[A-Za-z]//g' -e "s/^/# fmt: /" "$logs/lock-fmt.qemu"
 	lock_rw=0 lock_ro=0 lock_off=0
 	disk1="vhost-blk-pci,drive=d1,num-queues=2,poll-us=1000,serial=vmqt-file0"
@@ -875,6 +943,55 @@ if want mq; then
 		result fail default_num_queues_per_vcpu "no /dev/vda with 4 queues, or fio failed"
 	fi
 	workers_busy default_num_queues_worker_per_queue mq4 4
+fi
+
+if want migrate; then
+	echo "# live migration: a file node shared by two QEMUs on this machine"
+	truncate -s 64M "$work/mig.img"
+	mig=(-blockdev "driver=file,node-name=m0,filename=$work/mig.img,cache.direct=off"
+	     -device vhost-blk-pci,drive=m0,num-queues=2)
+	start_qemu mdst migrate "${mig[@]}" -incoming "unix:$work/mig.sock" \
+		-qmp "unix:$work/mdst.qmp,server=on,wait=off"
+	dpid=$qpid
+	start_qemu msrc migrate "${mig[@]}" -qmp "unix:$work/msrc.qmp,server=on,wait=off"
+	spid=$qpid
+	mig_status=none
+	if wait_console msrc "VMQT: mark migrate" 600; then
+		# TCG dirties memory slowly but copies it slowly too.
+		qmp "$work/msrc.qmp" migrate-set-parameters '{"downtime-limit": 2000}' >/dev/null
+		qmp "$work/msrc.qmp" migrate "{\"uri\": \"unix:$work/mig.sock\"}" |
+			sed 's/^/# qmp: /'
+		for i in $(seq 1 600); do
+			mig_status=$(qmp "$work/msrc.qmp" query-migrate '{}' |
+				python3 -c 'import json, sys; print(json.load(sys.stdin)["return"].get("status", "none"))' 2>/dev/null)
+			case $mig_status in completed|failed|cancelled) break ;; esac
+			sleep 0.5
+		done
+		echo "# migration: $mig_status at $(date +%T)"
+		[ "$mig_status" = completed ] &&
+			qmp "$work/mdst.qmp" block_resize '{"node-name": "m0", "size": 100663296}' |
+				sed 's/^/# qmp: /'
+		wait_console mdst "VMQT: done" 600
+	fi
+	for p in $spid $dpid; do kill -TERM "$p" 2>/dev/null; done
+	for i in $(seq 1 40); do
+		kill -0 $spid 2>/dev/null || kill -0 $dpid 2>/dev/null || break
+		sleep 0.5
+	done
+	kill -KILL $spid $dpid 2>/dev/null
+	wait $spid $dpid 2>/dev/null
+	for q in msrc mdst; do
+		sed "s/^/# $q qemu: /" "$logs/$q.qemu"
+		tr -d '\r' <"$logs/$q.log" | grep -a "^VMQT: " | sed "s/^/# $q guest: /"
+	done
+	if [ "$mig_status" != completed ]; then
+		result fail migrate_reads_survive "the migration ended $mig_status"
+	elif guest_ok mdst migrate_verify; then
+		result ok migrate_reads_survive
+	else
+		result fail migrate_reads_survive \
+			"the guest's reads or writes on the destination failed, or it never saw the new size"
+	fi
 fi
 
 if want net; then

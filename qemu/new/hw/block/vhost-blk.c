@@ -20,7 +20,8 @@
  *   start) is one this device opens on the node's file with the node's
  *   flags: O_RDONLY where the node cannot be written, O_DIRECT with
  *   cache.direct=on.  As that I/O bypasses the block layer, every block
- *   job and graph change on the node is refused (op blockers) but resize.
+ *   job and graph change on the node is refused (op blockers) but resize,
+ *   while the device is started.
  *
  * - Config space.  capacity from the node's length (at every read, so a
  *   block_resize shows; the guest gets a configuration change interrupt);
@@ -64,9 +65,18 @@
  *   VHOST_SET_VRING_BUSYLOOP_TIMEOUT once, in vhost_dev_init(): the value
  *   lives in the kernel until the fd is closed, through resets and restarts.
  *
- * - Migration.  Not supported yet (a blocker): the rings' state and the
- *   hand-over of the image (flush and inactivate on the source, activate
- *   and re-read the size on the destination) are not done.
+ * - Migration, with the image on storage both hosts see (the same block
+ *   device or file).  The kernel logs the guest memory it writes
+ *   (VHOST_F_LOG_ALL, set by the vhost core while RAM migrates).  When the
+ *   source stops, stopping the device detaches the backend, which waits
+ *   for the requests in flight, syncs the file (so that the destination
+ *   reads what the source wrote, page cache and all), and stops the rings,
+ *   whose indexes then travel in the virtio state.  The block layer
+ *   inactivates the node on the source and activates it on the
+ *   destination, locks and all, before the destination runs; the
+ *   destination's capacity is read from its node.  Storage that is not
+ *   shared would have to be copied by a block job, which sees no write
+ *   the kernel makes: the node's op blockers refuse it.
  */
 
 #include "qemu/osdep.h"
@@ -87,7 +97,6 @@
 #include "hw/virtio/vhost.h"
 #include "hw/virtio/vhost-backend.h"
 #include "hw/virtio/vhost-blk.h"
-#include "migration/blocker.h"
 #include "migration/vmstate.h"
 #include "monitor/monitor.h"
 #include "system/block-backend.h"
@@ -222,6 +231,37 @@ static void vhost_blk_apply_worker_policy(VHostBlk *s)
     }
 }
 
+/*
+ * While the kernel does the I/O (the device started), the node's block
+ * jobs and graph changes are refused: a job or a filter inserted above the
+ * node would miss every write the kernel makes.  Resizing is the block
+ * layer's.  Only while started: QEMU stops the VM, and with it the device,
+ * before it deletes its nodes at exit, and a node must have no blocker
+ * left then.
+ */
+static void vhost_blk_block_node_ops(VHostBlk *s)
+{
+    BlockDriverState *bs = blk_bs(s->conf.blk);
+
+    if (!bdrv_op_blocker_is_empty(bs)) {
+        warn_report("vhost-blk: a block job uses node '%s'; it does not "
+                    "see what the guest writes", bdrv_get_node_name(bs));
+    }
+    bdrv_ref(bs);
+    s->blocked_bs = bs;
+    bdrv_op_block_all(bs, s->op_blocker);
+    bdrv_op_unblock(bs, BLOCK_OP_TYPE_RESIZE, s->op_blocker);
+}
+
+static void vhost_blk_unblock_node_ops(VHostBlk *s)
+{
+    if (s->blocked_bs) {
+        bdrv_op_unblock_all(s->blocked_bs, s->op_blocker);
+        bdrv_unref(s->blocked_bs);
+        s->blocked_bs = NULL;
+    }
+}
+
 static int vhost_blk_start(VirtIODevice *vdev, Error **errp)
 {
     VHostBlk *s = VHOST_BLK(vdev);
@@ -278,6 +318,7 @@ static int vhost_blk_start(VirtIODevice *vdev, Error **errp)
         error_setg_errno(errp, -ret, "VHOST_BLK_SET_BACKEND failed");
         goto err_vhost;
     }
+    vhost_blk_block_node_ops(s);
     return 0;
 
 err_vhost:
@@ -308,6 +349,17 @@ static void vhost_blk_stop(VirtIODevice *vdev)
     if (ret < 0) {
         error_report("vhost-blk: cannot detach the backend: %s",
                      strerror(-ret));
+    }
+    vhost_blk_unblock_node_ops(s);
+
+    /*
+     * What was written through the page cache (cache.direct=off) reaches
+     * the storage before the node is inactivated (migration) or another
+     * host opens it.
+     */
+    if (!s->read_only && qemu_fdatasync(s->backing_fd) < 0) {
+        error_report("vhost-blk: cannot sync '%s': %s",
+                     blk_bs(s->conf.blk)->filename, strerror(errno));
     }
 
     vhost_dev_stop(&s->dev, vdev, true);
@@ -465,10 +517,10 @@ static bool vhost_blk_open_backing(VHostBlk *s, Error **errp)
     int fd;
 
     if (strcmp(drv, "file") && strcmp(drv, "host_device")) {
-        error_setg(errp, "drive '%s' is a '%s' node: vhost-blk serves a "
+        error_setg(errp, "node '%s' is a '%s' node: vhost-blk serves a "
                    "'file' or 'host_device' node, with no format or filter "
                    "above it (the kernel does the I/O itself)",
-                   blk_name(s->conf.blk), drv);
+                   bs ? bdrv_get_node_name(bs) : "", drv);
         return false;
     }
     if (blk_get_flags(s->conf.blk) & BDRV_O_NOCACHE) {
@@ -650,22 +702,9 @@ static void vhost_blk_device_realize(DeviceState *dev, Error **errp)
         goto err_vhost;
     }
 
-    /* See "Migration" at the top. */
-    error_setg(&s->migration_blocker,
-               "vhost-blk does not support live migration yet");
-    if (migrate_add_blocker(&s->migration_blocker, errp) < 0) {
-        goto err_vhost;
-    }
-
-    /*
-     * The kernel's I/O bypasses the node: a job or a filter inserted
-     * above it would miss every write.  Resizing is the block layer's.
-     */
-    error_setg(&s->op_blocker, "vhost-blk device '%s' does its I/O in the "
-               "kernel", blk_name(s->conf.blk));
-    bdrv_op_block_all(blk_bs(s->conf.blk), s->op_blocker);
-    bdrv_op_unblock(blk_bs(s->conf.blk), BLOCK_OP_TYPE_RESIZE,
-                    s->op_blocker);
+    error_setg(&s->op_blocker, "node '%s' is served by vhost-blk, whose "
+               "I/O the block layer does not see",
+               bdrv_get_node_name(blk_bs(s->conf.blk)));
     blk_set_dev_ops(s->conf.blk, &vhost_blk_block_ops, s);
     return;
 
@@ -695,8 +734,6 @@ static void vhost_blk_device_unrealize(DeviceState *dev)
     close(s->backing_fd);
     s->backing_fd = -1;
 
-    migrate_del_blocker(&s->migration_blocker);
-    bdrv_op_unblock_all(blk_bs(s->conf.blk), s->op_blocker);
     error_free(s->op_blocker);
     s->op_blocker = NULL;
     blk_set_dev_ops(s->conf.blk, NULL, NULL);
@@ -719,10 +756,20 @@ static void vhost_blk_instance_init(Object *obj)
                                   "/disk@0,0", DEVICE(obj));
 }
 
+/* The VM is stopped, and with it the device: the ring indexes are final. */
+static int vhost_blk_pre_save(void *opaque)
+{
+    VHostBlk *s = opaque;
+
+    assert(!vhost_dev_is_started(&s->dev));
+    return 0;
+}
+
 static const VMStateDescription vmstate_vhost_blk = {
     .name = "vhost-blk",
     .minimum_version_id = 1,
     .version_id = 1,
+    .pre_save = vhost_blk_pre_save,
     .fields = (const VMStateField[]) {
         VMSTATE_VIRTIO_DEVICE,
         VMSTATE_END_OF_LIST()

@@ -47,6 +47,8 @@ struct VHostBlk {
     int vhost_fd;
     /* Why the node's block jobs and graph changes are refused. */
     Error *op_blocker;
+    /* The node op_blocker blocks, referenced, while the device runs. */
+    BlockDriverState *blocked_bs;
 
     /* The kernel has no per-ring workers: do not ask again. */
     bool workers_unsupported;
@@ -61,7 +63,6 @@ struct VHostBlk {
     struct vhost_dev dev;
     struct vhost_virtqueue *vhost_vqs;
     VirtQueue **virtqs;
-    Error *migration_blocker;
 };
 
 #endif
