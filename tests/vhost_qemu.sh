@@ -564,7 +564,7 @@ mark_ticks() {
 }
 
 # boot NAME MODE HOOK QEMU-ARGS...: run the guest until it prints
-# "VMQT: done" (at most 600 s), its console in $logs/NAME.log; HOOK (a
+# "VMQT: done" (at most 1200 s), its console in $logs/NAME.log; HOOK (a
 # command, or "") runs once the guest prints "VMQT: hook"; at each
 # "VMQT: mark M" the workers' CPU times go to $logs/NAME.mark-M (and the
 # function on_mark_M runs, if there is one).  Leaves the
@@ -585,35 +585,59 @@ start_qemu() {
 	qpid=$!
 	echo "# $name: qemu started at $(date +%T)"
 }
+# Polling a guest's console forks nothing: a fork costs this debug,
+# emulated machine a large part of a second, taken from the nested guest's
+# vCPUs.  nap SECONDS: a sleep (a read that times out on a FIFO nobody
+# writes); console NAME: the console of NAME in $lines, CRs dropped.
+mkfifo "$work/nap" && exec 9<>"$work/nap"
+nap() { read -r -t "$1" -u 9 _ || :; }
+console() {
+	mapfile -t lines <"$logs/$1.log"
+	lines=("${lines[@]%$'\r'}")
+}
 # wait_console NAME LINE SECONDS: until the console of NAME has LINE,
 # or SECONDS pass (then non-zero).
 wait_console() {
-	local i
-	for i in $(seq 1 $(($3 * 2))); do
-		tr -d '\r' <"$logs/$1.log" | grep -aqx "$2" && return 0
-		sleep 0.5
+	local end=$((SECONDS + $3)) l
+	while [ $SECONDS -lt $end ]; do
+		console "$1"
+		for l in "${lines[@]}"; do
+			[ "$l" = "$2" ] && return 0
+		done
+		nap 0.5
 	done
 	return 1
 }
 
 boot() {
-	local name=$1 mode=$2 hook=$3 log=$logs/$1.log hooked=0 i m
+	local name=$1 mode=$2 hook=$3 log=$logs/$1.log hooked=0 i m l
+	local end=$((SECONDS + 1200)) done hook_seen
 	shift 3
 	start_qemu "$name" "$mode" "$@"
-	for i in $(seq 1 1200); do
-		# Marks first: the last may come just before "done".
-		for m in $(tr -d '\r' <"$log" | sed -n 's/^VMQT: mark \([a-z0-9]*\)$/\1/p'); do
-			[ -e "$logs/$name.mark-$m" ] && continue
-			workers_cpu >"$logs/$name.mark-$m"
-			! declare -F "on_mark_$m" >/dev/null || "on_mark_$m"
+	while [ $SECONDS -lt $end ]; do
+		console "$name"
+		done=0 hook_seen=0
+		for l in "${lines[@]}"; do
+			case $l in
+			"VMQT: mark "*)
+				# Marks first: the last may come just before "done".
+				m=${l#VMQT: mark }
+				[[ $m =~ ^[a-z0-9]+$ ]] || continue
+				[ -e "$logs/$name.mark-$m" ] && continue
+				workers_cpu >"$logs/$name.mark-$m"
+				! declare -F "on_mark_$m" >/dev/null || "on_mark_$m"
+				;;
+			"VMQT: done"*) done=1 ;;
+			"VMQT: hook"*) hook_seen=1 ;;
+			esac
 		done
-		grep -q "^VMQT: done" "$log" && break
+		[ $done = 1 ] && break
 		kill -0 $qpid 2>/dev/null || break
-		if [ -n "$hook" ] && [ $hooked = 0 ] && grep -q "^VMQT: hook" "$log"; then
+		if [ -n "$hook" ] && [ $hooked = 0 ] && [ $hook_seen = 1 ]; then
 			$hook
 			hooked=1
 		fi
-		sleep 0.5
+		nap 0.5
 	done
 	echo "# $name: guest done at $(date +%T)"
 	grep -q "^VMQT: done" "$log" || {
@@ -631,7 +655,7 @@ boot() {
 	# QEMU stops the device on SIGTERM (SET_BACKEND -1, rings
 	# stopped): NAME.killed says it needed SIGKILL.
 	kill -TERM $qpid 2>/dev/null
-	for i in $(seq 1 40); do kill -0 $qpid 2>/dev/null || break; sleep 0.5; done
+	for i in $(seq 1 40); do kill -0 $qpid 2>/dev/null || break; nap 0.5; done
 	kill -0 $qpid 2>/dev/null && : >"$logs/$name.killed"
 	kill -KILL $qpid 2>/dev/null
 	wait $qpid 2>/dev/null
@@ -956,27 +980,29 @@ if want migrate; then
 	start_qemu msrc migrate "${mig[@]}" -qmp "unix:$work/msrc.qmp,server=on,wait=off"
 	spid=$qpid
 	mig_status=none
-	if wait_console msrc "VMQT: mark migrate" 600; then
+	if wait_console msrc "VMQT: mark migrate" 1200; then
 		# TCG dirties memory slowly but copies it slowly too.
 		qmp "$work/msrc.qmp" migrate-set-parameters '{"downtime-limit": 2000}' >/dev/null
 		qmp "$work/msrc.qmp" migrate "{\"uri\": \"unix:$work/mig.sock\"}" |
 			sed 's/^/# qmp: /'
-		for i in $(seq 1 600); do
+		# Every 3 s: a QMP client is a Python process, costly here.
+		end=$((SECONDS + 1200))
+		while [ $SECONDS -lt $end ]; do
+			nap 3
 			mig_status=$(qmp "$work/msrc.qmp" query-migrate '{}' |
 				python3 -c 'import json, sys; print(json.load(sys.stdin)["return"].get("status", "none"))' 2>/dev/null)
 			case $mig_status in completed|failed|cancelled) break ;; esac
-			sleep 0.5
 		done
 		echo "# migration: $mig_status at $(date +%T)"
 		[ "$mig_status" = completed ] &&
 			qmp "$work/mdst.qmp" block_resize '{"node-name": "m0", "size": 100663296}' |
 				sed 's/^/# qmp: /'
-		wait_console mdst "VMQT: done" 600
+		wait_console mdst "VMQT: done" 1200
 	fi
 	for p in $spid $dpid; do kill -TERM "$p" 2>/dev/null; done
 	for i in $(seq 1 40); do
 		kill -0 $spid 2>/dev/null || kill -0 $dpid 2>/dev/null || break
-		sleep 0.5
+		nap 0.5
 	done
 	kill -KILL $spid $dpid 2>/dev/null
 	wait $spid $dpid 2>/dev/null
