@@ -41,7 +41,8 @@
  * before the last flush of the workers, so the worker and the device
  * outlive it (vhost_blk_req_done()).  Requests stuck on their backend do
  * not hold the closing task: after VHOST_BLK_RELEASE_WAIT the rest of the
- * release runs on vhost_blk_wq, which module exit destroys.
+ * release runs on vhost_blk_wq, which module exit destroys, and those
+ * requests no longer touch the VMM's memory (blk->gone).
  */
 #include <linux/blkdev.h>
 #include <linux/cgroup.h>
@@ -289,6 +290,18 @@ struct vhost_blk {
 	 * one will answer the miss.  WRITE_ONCE/READ_ONCE.
 	 */
 	bool dying;
+	/*
+	 * The release stopped waiting for the requests left and close() has
+	 * returned: the VMM may reuse its memory (a new device's rings, say),
+	 * so nothing more is written into it, nor read from it.  Completions
+	 * are dropped (no status byte, used element, log or signal), and
+	 * slow_work fails page-cache reads and writes it has not started.
+	 * Set under dev.mutex, then every ring's mutex is taken once, so a
+	 * return in progress ends before close() returns and any later one
+	 * sees it (vhost_blk_return() reads it under vq.mutex).  READ_ONCE
+	 * elsewhere.
+	 */
+	bool gone;
 	/* A drain waits here; a paused ring's last return wakes it. */
 	wait_queue_head_t drain_wq;
 	/* Worker ids of the worker_pool policy.  Under dev.mutex. */
@@ -558,18 +571,22 @@ static void vhost_blk_return(struct vhost_blk_vq *bvq, struct llist_node *node)
 
 	lockdep_assert_held(&vq->mutex);
 	BUILD_BUG_ON(VHOST_BLK_MAX_SLOTS > UIO_MAXIOV);
-	/*
-	 * The used ring may be unreachable through the device IOTLB: the miss
-	 * went to the VMM, and the update that answers it queues the kick
-	 * handler, which queues us again.  Keep the requests until then,
-	 * unless no one may answer: the device is being released, or the
-	 * rings are paused, that is a VMM thread waits for these requests in
-	 * an ioctl, and that thread may well be the one that answers misses
-	 * (QEMU answers them from its main loop, which is where it stops and
-	 * resets devices).  Waiting for it would hang the VMM: the requests
-	 * are dropped instead, never returned to the guest.
-	 */
-	if (unlikely(!vq_meta_prefetch(vq))) {
+	/* Closed: the VMM's memory may be someone else's now. */
+	if (unlikely(READ_ONCE(blk->gone))) {
+		drop = true;
+	} else if (unlikely(!vq_meta_prefetch(vq))) {
+		/*
+		 * The used ring may be unreachable through the device IOTLB:
+		 * the miss went to the VMM, and the update that answers it
+		 * queues the kick handler, which queues us again.  Keep the
+		 * requests until then, unless no one may answer: the device is
+		 * being released, or the rings are paused, that is a VMM thread
+		 * waits for these requests in an ioctl, and that thread may
+		 * well be the one that answers misses (QEMU answers them from
+		 * its main loop, which is where it stops and resets devices).
+		 * Waiting for it would hang the VMM: the requests are dropped
+		 * instead, never returned to the guest.
+		 */
 		if (!READ_ONCE(blk->dying) && !bvq->paused) {
 			llist_for_each_entry_safe(req, tmp, node, node)
 				llist_add(&req->node, &bvq->completed);
@@ -1192,7 +1209,11 @@ static void vhost_blk_slow_one(struct vhost_blk_req *req, struct mm_struct *mm,
 	switch (req->type) {
 	case VIRTIO_BLK_T_IN:
 	case VIRTIO_BLK_T_OUT:
-		ret = vhost_blk_rw_slow(req);
+		/* Closed: the buffers may be someone else's memory now. */
+		if (unlikely(READ_ONCE(vhost_blk_of(&req->bvq->vq)->gone)))
+			ret = -ECANCELED;
+		else
+			ret = vhost_blk_rw_slow(req);
 		break;
 	case VIRTIO_BLK_T_FLUSH:
 		if (vfs_fsync(req->file, 0))
@@ -2511,6 +2532,24 @@ static bool vhost_blk_drain_within(struct vhost_blk *blk, unsigned long timeout)
 	}
 }
 
+/*
+ * close() returns with requests still in flight: from here on none of them
+ * touches the VMM's memory (see blk->gone).  A return that is publishing
+ * now holds its ring's mutex: wait for it.
+ */
+static void vhost_blk_let_go(struct vhost_blk *blk)
+{
+	int i;
+
+	mutex_lock(&blk->dev.mutex);
+	WRITE_ONCE(blk->gone, true);
+	mutex_unlock(&blk->dev.mutex);
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
+		mutex_lock(&blk->vqs[i].vq.mutex);
+		mutex_unlock(&blk->vqs[i].vq.mutex);
+	}
+}
+
 static int vhost_blk_release(struct inode *inode, struct file *f)
 {
 	struct vhost_blk *blk = f->private_data;
@@ -2531,6 +2570,7 @@ static int vhost_blk_release(struct inode *inode, struct file *f)
 	 * does.  The backing file stays open until then.
 	 */
 	if (!vhost_blk_drain_within(blk, VHOST_BLK_RELEASE_WAIT)) {
+		vhost_blk_let_go(blk);
 		INIT_WORK(&blk->release_work, vhost_blk_release_work);
 		queue_work(vhost_blk_wq, &blk->release_work);
 		return 0;

@@ -3357,6 +3357,63 @@ TEST_F_TIMEOUT(hard, stalled_page_cache_read_leaves_the_vmm_killable, 60)
 }
 
 /*
+ * 4b. Once close() has returned, the device writes nothing more into the
+ * VMM, whose memory may already hold something else (the fuzzer's next
+ * device had its rings there, and got a used element of this one).  A FLUSH
+ * takes 2 s at the device; the fd is closed meanwhile: close() returns
+ * after the release's short wait, leaving the FLUSH to a work item.  The
+ * VMM then zeroes the used ring and puts 0xff in the status byte, as a
+ * reuse would.  Once the device is gone (its worker thread has exited,
+ * after the FLUSH completed), neither has changed.
+ */
+TEST_F_TIMEOUT(hard, nothing_written_after_close, 60)
+{
+	struct ctx *c = &self->c;
+	struct virtio_blk_outhdr *hdr;
+	struct vring_used *used;
+	uint8_t *status;
+	double t0, took;
+	int r, i;
+
+	c->slow_nsec = "2000000000";
+	c->slow_cache = true;
+	r = slow_nullb_create(c);
+	if (r)
+		SKIP(return, "no configfs null_blk: %s", strerror(-r));
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 4 << 20));
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	hdr = vmm_alloc(&c->b.vmm, 64, 64);
+	status = vmm_alloc(&c->b.vmm, 64, 64);
+	ASSERT_NE(NULL, status);
+	ASSERT_LE(0, post_req(&c->b.vq[0], hdr, VIRTIO_BLK_T_FLUSH, 0, NULL, 0, status));
+	vmm_vq_kick(&c->b.vq[0]);
+	r = slow_wait_flush(c);
+	if (r == -ENOENT)
+		SKIP(return, "no blk-mq debugfs (CONFIG_BLK_DEBUG_FS) to see the FLUSH");
+	ASSERT_EQ(0, r);
+	used = c->b.vq[0].vr.used;
+	ASSERT_EQ(0, used->idx);
+
+	t0 = now_s();
+	close(c->b.fd);
+	c->b.fd = -1;
+	took = now_s() - t0;
+	TH_LOG("close() with the FLUSH at the device took %.3f s", took);
+	/* Still at the device, or this tests nothing. */
+	ASSERT_EQ(0, slow_wait_flush(c));
+	memset(used, 0, sizeof(*used) + 64 * sizeof(used->ring[0]));
+	*status = 0xff;
+
+	for (i = 0; i < 2000 && vmm_owner_workers(getpid(), NULL, NULL, 16); i++)
+		usleep(5 * 1000);
+	ASSERT_EQ(0, vmm_owner_workers(getpid(), NULL, NULL, 16))
+		TH_LOG("the device was not torn down 10 s after close()");
+	EXPECT_EQ(0, used->idx) TH_LOG("the device wrote the used ring after close()");
+	EXPECT_EQ(0, used->ring[0].id | used->ring[0].len);
+	EXPECT_EQ(0xff, *status) TH_LOG("the device wrote a status byte after close()");
+}
+
+/*
  * 11. A request of more than 4 GiB: a WRITE of three 1.5 GiB descriptors
  * (one guest buffer, never touched, so only the zero page backs it; a
  * second memory region of the table) to an 8 GiB configfs null_blk that
