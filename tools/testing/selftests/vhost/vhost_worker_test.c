@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Per-virtqueue worker threads: the worker ioctls, their error codes, the
+ * thread each ring's worker is (VHOST_GET_VRING_WORKER_INFO), the
  * threads they create (names, cgroups, lifetime), real traffic on separate
  * workers, rebinding under traffic and killing an owner with I/O in flight.
  * vhost-net over a tap is the device: it opts in to per-ring workers.
@@ -78,6 +79,26 @@ static int set_worker(int fd, unsigned int ring, unsigned int *id)
 	if (!r)
 		*id = w.worker_id;
 	return r;
+}
+
+/* VHOST_GET_VRING_WORKER_INFO with @flags and reserved word @rsv set to @v. */
+static int worker_info(int fd, unsigned int ring, unsigned int *id, int *tid,
+		       unsigned int flags, int rsv, __u64 v)
+{
+	struct vhost_vring_worker_info i = {
+		.index = ring, .flags = flags, .worker_id = 777, .worker_tid = -7,
+	};
+
+	if (rsv >= 0)
+		i.reserved[rsv] = v;
+	if (ioctl(fd, VHOST_GET_VRING_WORKER_INFO, &i))
+		return -errno;
+	/* What was read comes back as it was; reserved comes back zero. */
+	if (i.index != ring || i.flags || i.reserved[0] || i.reserved[1])
+		return -EPROTO;
+	*id = i.worker_id;
+	*tid = i.worker_tid;
+	return 0;
 }
 
 static int read_param(const char *path)
@@ -198,6 +219,56 @@ TEST_F_TIMEOUT(dev, set_vring_worker_creates_or_binds, 30)
 	EXPECT_EQ(-EBUSY, free_worker(self->fd, id));
 }
 
+/*
+ * The thread the kernel names for each ring is the worker's own, as the
+ * thread that appeared when the worker was made (vhost_task workers) or
+ * the kthread named after the worker's id (6.1) shows; and it follows the
+ * ring when it is bound elsewhere.
+ */
+TEST_F_TIMEOUT(dev, worker_info_names_each_ring_thread, 30)
+{
+	unsigned int a = VHOST_VRING_NEW_WORKER, id = ~0U;
+	int t0 = 0, t1 = 0;
+
+	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
+	ASSERT_EQ(0, worker_info(self->fd, 0, &id, &t0, 0, -1, 0));
+	EXPECT_EQ(0, id);
+	EXPECT_EQ(vmm_worker_tid(getpid(), 0), t0);
+	EXPECT_LT(0, t0);
+
+	ASSERT_EQ(0, set_worker(self->fd, 1, &a));
+	ASSERT_EQ(0, worker_info(self->fd, 1, &id, &t1, 0, -1, 0));
+	EXPECT_EQ(a, id);
+	EXPECT_EQ(vmm_worker_tid(getpid(), a), t1);
+	EXPECT_LT(0, t1);
+	EXPECT_NE(t0, t1);
+
+	/* Ring 0 moves to ring 1's worker: its thread with it. */
+	id = a;
+	ASSERT_EQ(0, set_worker(self->fd, 0, &id));
+	ASSERT_EQ(0, worker_info(self->fd, 0, &id, &t0, 0, -1, 0));
+	EXPECT_EQ(a, id);
+	EXPECT_EQ(t1, t0);
+}
+
+TEST_F_TIMEOUT(dev, worker_info_errors, 30)
+{
+	unsigned int id;
+	int tid;
+
+	EXPECT_EQ(-EINVAL, worker_info(self->fd, 0, &id, &tid, 0, -1, 0));
+	ASSERT_EQ(0, ioctl(self->fd, VHOST_SET_OWNER, NULL));
+	EXPECT_EQ(-ENOBUFS, worker_info(self->fd, 2, &id, &tid, 0, -1, 0));
+	EXPECT_EQ(-ENOBUFS, worker_info(self->fd, ~0U, &id, &tid, 0, -1, 0));
+	EXPECT_EQ(-EINVAL, worker_info(self->fd, 0, &id, &tid, 1, -1, 0));
+	EXPECT_EQ(-EINVAL, worker_info(self->fd, 0, &id, &tid, 1U << 31, -1, 0));
+	EXPECT_EQ(-EINVAL, worker_info(self->fd, 0, &id, &tid, 0, 0, 1));
+	EXPECT_EQ(-EINVAL, worker_info(self->fd, 0, &id, &tid, 0, 1, 1ULL << 63));
+	EXPECT_EQ(-1, ioctl(self->fd, VHOST_GET_VRING_WORKER_INFO, (void *)8));
+	EXPECT_EQ(EFAULT, errno);
+	EXPECT_EQ(0, worker_info(self->fd, 1, &id, &tid, 0, -1, 0));
+}
+
 TEST_F_TIMEOUT(dev, errors_before_set_owner, 30)
 {
 	unsigned int id = 0;
@@ -239,12 +310,14 @@ TEST_F_TIMEOUT(dev, errors_non_owner, 30)
 	ASSERT_LE(0, pid);
 	if (!pid) {
 		unsigned int id = VHOST_VRING_NEW_WORKER;
+		int tid;
 
 		if (new_worker(self->fd, &id) != -EPERM ||
 		    free_worker(self->fd, 0) != -EPERM ||
 		    attach(self->fd, 0, 0) != -EPERM ||
 		    get_worker(self->fd, 0, &id) != -EPERM ||
-		    set_worker(self->fd, 0, &id) != -EPERM)
+		    set_worker(self->fd, 0, &id) != -EPERM ||
+		    worker_info(self->fd, 0, &id, &tid, 0, -1, 0) != -EPERM)
 			_exit(1);
 		_exit(0);
 	}
@@ -284,6 +357,7 @@ TEST_F_TIMEOUT(dev, cap_on_workers_per_device, 30)
 TEST_F_TIMEOUT(dev, drivers_without_support_answer_enotty, 30)
 {
 	struct vhost_vring_worker w = { .index = 0, .worker_id = 0 };
+	struct vhost_vring_worker_info wi = { .index = 0 };
 	const char *why = vhost_unusable("/dev/vhost-vsock", "CONFIG_VHOST_VSOCK");
 	int fd;
 
@@ -301,6 +375,8 @@ TEST_F_TIMEOUT(dev, drivers_without_support_answer_enotty, 30)
 	EXPECT_EQ(-1, ioctl(fd, VHOST_ATTACH_VRING_WORKER, &w));
 	EXPECT_EQ(ENOTTY, errno);
 	EXPECT_EQ(-1, ioctl(fd, VHOST_SET_VRING_WORKER, &w));
+	EXPECT_EQ(ENOTTY, errno);
+	EXPECT_EQ(-1, ioctl(fd, VHOST_GET_VRING_WORKER_INFO, &wi));
 	EXPECT_EQ(ENOTTY, errno);
 	EXPECT_EQ(1, vmm_owner_workers(getpid(), NULL, NULL, 8));
 	close(fd);
@@ -668,6 +744,52 @@ TEST_F_TIMEOUT(dev, pool_worker_counts_against_nproc, 30)
 	if (read_param(WORKER_POOL_PARAM) != 0)
 		SKIP(return, "%s is not 0 (a worker per ring)", WORKER_POOL_PARAM);
 	run_as_child(_metadata, nproc_pool_worker);
+}
+
+/*
+ * The workers vhost-blk makes by its own policy (worker_pool 0: one per
+ * ring) are named too: each ring's thread is a distinct worker thread of
+ * this owner.  Nothing else tells them apart: on mainline every one is
+ * "vhost-<pid>", and this process never saw them being made.
+ */
+TEST_F_TIMEOUT(dev, worker_info_names_blk_pool_workers, 30)
+{
+	const char *why = vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK");
+	unsigned int id0 = ~0U, id1 = ~0U;
+	int tids[8], t0 = 0, t1 = 0, n, i, back;
+	bool seen0 = false, seen1 = false;
+	struct vmm_blk b;
+	void *buf;
+
+	if (why)
+		SKIP(return, "%s", why);
+	if (read_param(WORKER_POOL_PARAM) != 0)
+		SKIP(return, "%s is not 0 (a worker per ring)", WORKER_POOL_PARAM);
+	back = memfd_create("vmq-backing", MFD_CLOEXEC);
+	ASSERT_LE(0, back);
+	ASSERT_EQ(0, ftruncate(back, 1 << 20));
+	ASSERT_EQ(0, vmm_blk_open(&b, 2, 64, 1ULL << VIRTIO_F_VERSION_1, 4 << 20));
+	ASSERT_EQ(0, vmm_blk_set_backend(&b, back));
+	buf = vmm_alloc(&b.vmm, 4096, 4096);
+	ASSERT_NE(NULL, buf);
+	/* Both rings started and served a request. */
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&b, 0, VIRTIO_BLK_T_IN, 0, buf, 4096));
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&b, 1, VIRTIO_BLK_T_IN, 0, buf, 4096));
+
+	ASSERT_EQ(0, worker_info(b.fd, 0, &id0, &t0, 0, -1, 0));
+	ASSERT_EQ(0, worker_info(b.fd, 1, &id1, &t1, 0, -1, 0));
+	EXPECT_NE(id0, id1);
+	EXPECT_NE(t0, t1);
+	n = vmm_owner_workers(getpid(), tids, NULL, 8);
+	EXPECT_EQ(2, n);
+	for (i = 0; i < n; i++) {
+		seen0 |= tids[i] == t0;
+		seen1 |= tids[i] == t1;
+	}
+	EXPECT_TRUE(seen0) TH_LOG("ring 0's thread %d is not a worker of ours", t0);
+	EXPECT_TRUE(seen1) TH_LOG("ring 1's thread %d is not a worker of ours", t1);
+	vmm_blk_close(&b);
+	close(back);
 }
 
 /* vhost-net with traffic. */
