@@ -98,6 +98,12 @@
 #       the guest sees 4 queues, fio verify (4 jobs, one per vCPU) passes;
 #   default_num_queues_worker_per_queue  with worker_pool=1, 4 worker
 #       threads, each woke for that fio;
+#   worker_map_pins              QMP x-query-vhost-workers maps the 4
+#       queues to 4 distinct worker threads of QEMU; each is pinned with
+#       sched_setaffinity (taskset) to a CPU of this machine; then each
+#       queue in turn reads alone (fio from a vCPU that queue serves): the
+#       worker that woke most is the one the map names for that queue, and
+#       it ran on the CPU it was pinned to;
 #
 # migrate: live migration
 #   migrate_reads_survive        a 64 MiB file node on this machine (the
@@ -318,6 +324,25 @@ if [ "${1:-}" = --guest ]; then
 		else
 			say "fail fio_verify"; sed 's/^/VMQT: # /' /tmp/fio.log
 		fi
+		# The host reads the queue -> thread map (x-query-vhost-workers)
+		# and pins each queue's worker at "mark map"; then each queue
+		# in turn reads alone, from a vCPU it serves, between "mark qN"
+		# and "mark qNdone": the host sees which worker woke.
+		say "mark map"
+		sleep 10
+		for h in /sys/block/vda/mq/*; do
+			q=${h##*/}
+			cpu=$(cut -d, -f1 "$h/cpu_list" | cut -d- -f1)
+			say "info queue $q serves vCPUs $(cat "$h/cpu_list")"
+			say "mark q$q"
+			sleep 1
+			fio --name=q --filename=$vd --direct=1 --ioengine=psync \
+				--rw=randread --bs=4k --size=1M --number_ios=200 \
+				--cpus_allowed="$cpu" >/tmp/fio.log 2>&1 ||
+				say "fail queue_reads q$q"
+			say "mark q${q}done"
+			sleep 1
+		done
 		;;
 	migrate)
 		# 1 MiB of random data, written, then read back again and
@@ -697,6 +722,33 @@ workers_busy() {	# CASE BOOT WANT [M1 M2]
 			"want $3 worker thread(s) that woke for I/O, saw $threads ($busy woke)"
 	fi
 }
+# worker_map_pins: boot mq4's queue -> thread map (mq4.map) names four
+# distinct worker threads of that QEMU; each was pinned (mq4.pinned); while
+# queue N alone read, the worker that woke most was the one the map names
+# for queue N, and it ran on the CPU it was pinned to.
+worker_map_pins() {
+	local q tid cpu busiest ran why=
+	sed 's/^/# x-query-vhost-workers: /' "$logs/mq4.map.json" 2>/dev/null
+	if [ "$(awk '{ print $2 }' "$logs/mq4.map" 2>/dev/null | sort -u | grep -c '^[1-9]')" != 4 ]; then
+		result fail worker_map_pins "want 4 queues on 4 distinct threads in the map"
+		return
+	fi
+	[ "$(wc -l <"$logs/mq4.pinned")" = 4 ] || why="not every worker could be pinned"
+	while read -r q tid cpu; do
+		busiest=$(cat "$logs/mq4.mark-q$q" "$logs/mq4.mark-q${q}done" 2>/dev/null |
+			awk '{ d[$1] = $3 - d[$1] } END { for (w in d) print d[w], w }' |
+			sort -n | tail -n 1)
+		ran=$(cat "$logs/mq4.ran-$q" 2>/dev/null)
+		echo "# queue $q: map says thread $tid, pinned to CPU $cpu; woke most: ${busiest:-none}; last ran on CPU ${ran:-?}"
+		[ "${busiest##*:}" = "$tid" ] || why="${why:+$why; }queue $q's reads woke ${busiest##*:}, not $tid"
+		[ "$ran" = "$cpu" ] || why="${why:+$why; }queue $q's worker ran on CPU ${ran:-?}, not $cpu"
+	done <"$logs/mq4.pinned"
+	if [ -z "$why" ]; then
+		result ok worker_map_pins
+	else
+		result fail worker_map_pins "$why"
+	fi
+}
 # The console ends its lines with CR LF.
 guest_ok() { tr -d '\r' <"$logs/$1.log" | grep -aq "^VMQT: ok $2\$"; }
 # A splat in this kernel's log after its first $1 lines.
@@ -959,7 +1011,53 @@ if want mq; then
 	echo "# 4 vCPUs, the default num-queues, worker_pool=1"
 	set_pool 1
 	smp=4
-	boot mq4 mq "" $(nullb_node nb) -device vhost-blk-pci,drive=nb
+	# At "mark map": the map from QMP, "QUEUE TID" in mq4.map, and each
+	# queue's worker pinned to CPU QUEUE % CPUs of this machine.  At
+	# "mark qNdone": the CPU queue N's worker last ran on (field 39 of
+	# its stat) in mq4.ran-N.
+	# One Python process for all of it: a fork costs this machine
+	# seconds, and the guest waits only 10 s before its reads.
+	cat >"$work/pin.py" <<'PY'
+import json, os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+f = s.makefile('rw')
+f.readline()
+def cmd(name):
+    f.write(json.dumps({'execute': name}) + '\n')
+    f.flush()
+    while True:
+        r = json.loads(f.readline())
+        if 'return' in r or 'error' in r:
+            return r
+cmd('qmp_capabilities')
+r = cmd('x-query-vhost-workers')
+logs = sys.argv[2]
+with open(logs + '/mq4.map.json', 'w') as out:
+    out.write(json.dumps(r) + '\n')
+ncpu = os.cpu_count()
+with open(logs + '/mq4.map', 'w') as m, open(logs + '/mq4.pinned', 'w') as p:
+    for w in r.get('return', []):
+        m.write('%d %d\n' % (w['queue'], w['thread-id']))
+        cpu = w['queue'] % ncpu
+        try:
+            os.sched_setaffinity(w['thread-id'], {cpu})
+        except OSError as e:
+            print('pin %s: %s' % (w, e), file=sys.stderr)
+            continue
+        p.write('%d %d %d\n' % (w['queue'], w['thread-id'], cpu))
+PY
+	on_mark_map() {
+		timeout 60 python3 "$work/pin.py" "$work/mq.qmp" "$logs" 2>&1 |
+			sed 's/^/# pin: /'
+	}
+	for q in 0 1 2 3; do
+		eval "on_mark_q${q}done() { local st tid; read -r _ tid <<<\"\$(grep '^$q ' \"\$logs/mq4.map\")\";
+			read -r st 2>/dev/null <\"/proc/\$qpid/task/\$tid/stat\" &&
+			read -ra st <<<\"\${st##*) }\" && echo \"\${st[36]}\" >\"\$logs/mq4.ran-$q\"; }"
+	done
+	boot mq4 mq "" $(nullb_node nb) -device vhost-blk-pci,drive=nb \
+		-qmp "unix:$work/mq.qmp,server=on,wait=off"
 	smp=2
 	if guest_ok mq4 queues_4 && guest_ok mq4 fio_verify; then
 		result ok default_num_queues_per_vcpu
@@ -967,6 +1065,7 @@ if want mq; then
 		result fail default_num_queues_per_vcpu "no /dev/vda with 4 queues, or fio failed"
 	fi
 	workers_busy default_num_queues_worker_per_queue mq4 4
+	worker_map_pins
 fi
 
 if want migrate; then
