@@ -755,13 +755,17 @@ guest_ok() { tr -d '\r' <"$logs/$1.log" | grep -aq "^VMQT: ok $2\$"; }
 splat_since() { dmesg | tail -n +$(($1 + 1)) | grep -qE "BUG|WARNING|Oops|KASAN"; }
 
 # qmp SOCKET COMMAND ARGS-JSON: one QMP command; prints the answer.
+# Other scripts in $work import it for connect() and cmd().
 cat >"$work/qmp.py" <<'PY'
 import json, socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-f = s.makefile('rw')
-f.readline()
-def cmd(name, args=None):
+def connect(path):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    f = s.makefile('rw')
+    f.readline()
+    cmd(f, 'qmp_capabilities')
+    return f
+def cmd(f, name, args=None):
     c = {'execute': name}
     if args:
         c['arguments'] = args
@@ -771,8 +775,9 @@ def cmd(name, args=None):
         r = json.loads(f.readline())
         if 'return' in r or 'error' in r:
             return r
-cmd('qmp_capabilities')
-print(json.dumps(cmd(sys.argv[2], json.loads(sys.argv[3]))))
+if __name__ == '__main__':
+    f = connect(sys.argv[1])
+    print(json.dumps(cmd(f, sys.argv[2], json.loads(sys.argv[3]))))
 PY
 qmp() { timeout 60 python3 "$work/qmp.py" "$@" 2>&1; }
 
@@ -1018,20 +1023,9 @@ if want mq; then
 	# One Python process for all of it: a fork costs this machine
 	# seconds, and the guest waits only 10 s before its reads.
 	cat >"$work/pin.py" <<'PY'
-import json, os, socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-f = s.makefile('rw')
-f.readline()
-def cmd(name):
-    f.write(json.dumps({'execute': name}) + '\n')
-    f.flush()
-    while True:
-        r = json.loads(f.readline())
-        if 'return' in r or 'error' in r:
-            return r
-cmd('qmp_capabilities')
-r = cmd('x-query-vhost-workers')
+import json, os, sys
+from qmp import connect, cmd
+r = cmd(connect(sys.argv[1]), 'x-query-vhost-workers')
 logs = sys.argv[2]
 with open(logs + '/mq4.map.json', 'w') as out:
     out.write(json.dumps(r) + '\n')
