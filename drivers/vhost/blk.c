@@ -41,8 +41,9 @@
  * before the last flush of the workers, so the worker and the device
  * outlive it (vhost_blk_req_done()).  Requests stuck on their backend do
  * not hold the closing task: after VHOST_BLK_RELEASE_WAIT the rest of the
- * release runs on vhost_blk_wq, which module exit destroys, and those
- * requests no longer touch the VMM's memory (blk->gone).
+ * release runs on vhost_blk_wq, which module exit destroys, those
+ * requests no longer touch the VMM's memory, and those not yet begun never
+ * reach the backend (blk->gone).
  */
 #include <linux/blkdev.h>
 #include <linux/cgroup.h>
@@ -293,9 +294,10 @@ struct vhost_blk {
 	/*
 	 * The release stopped waiting for the requests left and close() has
 	 * returned: the VMM may reuse its memory (a new device's rings, say),
-	 * so nothing more is written into it, nor read from it.  Completions
-	 * are dropped (no status byte, used element, log or signal), and
-	 * slow_work fails page-cache reads and writes it has not started.
+	 * so nothing more is written into it, nor read from it, and the disk
+	 * may be another device's.  Completions are dropped (no status byte,
+	 * used element, log or signal), and slow_work fails every request it
+	 * has not started, DISCARD and WRITE_ZEROES included.
 	 * Set under dev.mutex, then every ring's mutex is taken once, so a
 	 * return in progress ends before close() returns and any later one
 	 * sees it (vhost_blk_return() reads it under vq.mutex).  READ_ONCE
@@ -1206,14 +1208,21 @@ static void vhost_blk_slow_one(struct vhost_blk_req *req, struct mm_struct *mm,
 	if (req->memcg)
 		old_memcg = set_active_memcg(mem_cgroup_from_css(req->memcg));
 #endif
+	/*
+	 * Closed (vhost_blk_let_go()): what has not begun never does.  The
+	 * buffers may be someone else's memory now, and the VMM may have
+	 * handed the disk to another device, whose data a late DISCARD or
+	 * WRITE_ZEROES would destroy.
+	 */
+	if (unlikely(READ_ONCE(vhost_blk_of(&req->bvq->vq)->gone))) {
+		ret = -ECANCELED;
+		status = VIRTIO_BLK_S_IOERR;
+		goto restore_context;
+	}
 	switch (req->type) {
 	case VIRTIO_BLK_T_IN:
 	case VIRTIO_BLK_T_OUT:
-		/* Closed: the buffers may be someone else's memory now. */
-		if (unlikely(READ_ONCE(vhost_blk_of(&req->bvq->vq)->gone)))
-			ret = -ECANCELED;
-		else
-			ret = vhost_blk_rw_slow(req);
+		ret = vhost_blk_rw_slow(req);
 		break;
 	case VIRTIO_BLK_T_FLUSH:
 		if (vfs_fsync(req->file, 0))
@@ -1223,6 +1232,7 @@ static void vhost_blk_slow_one(struct vhost_blk_req *req, struct mm_struct *mm,
 		status = vhost_blk_discard_zeroes(req);
 		break;
 	}
+restore_context:
 #ifdef CONFIG_MEMCG
 	if (req->memcg)
 		set_active_memcg(old_memcg);

@@ -1008,8 +1008,24 @@ static void fz_open(struct fuzz *f)
 	f->sgen++;
 }
 
+/* A write the device took and never returned: the release may have left it. */
+static bool fz_write_left(struct fuzz *f)
+{
+	unsigned int i, h;
+
+	for (i = 0; i < f->ndrv; i++)
+		for (h = 0; h < FZ_MAXQ; h++)
+			if (f->vq[i].req[h].posted &&
+			    fz_writes(f->vq[i].req[h].type))
+				return true;
+	return false;
+}
+
 static void fz_close(struct fuzz *f)
 {
+	bool left;
+	int i;
+
 	if (f->fd < 0)
 		return;
 	fz_harvest_all(f);
@@ -1022,7 +1038,20 @@ static void fz_close(struct fuzz *f)
 	 * catch a late used element.
 	 */
 	fz_harvest_all(f);
+	left = fz_write_left(f);
 	fz_dev_reset_model(f, MEM_NULL);
+	if (!left)
+		return;
+	/*
+	 * A write it left that had begun at the backend may still land, on
+	 * sectors the next device writes: wait for it as a VMM reusing the
+	 * disk would, until the device's workers have exited (its last
+	 * request is done then).  What had not begun never runs.
+	 */
+	for (i = 0; i < 3000 && vmm_owner_workers(getpid(), NULL, NULL, 1); i++)
+		usleep(10 * 1000);
+	if (i == 3000)
+		FZ_FAIL(f, "the device's workers outlived close() by 30 s");
 }
 
 /* Rings that may hold a chain the device could still read. */
