@@ -56,8 +56,9 @@
 #       to 48 MiB: the guest sees its new size (a config change interrupt);
 #   serial_empty_unless_given    GET_ID: empty without serial= (as QEMU's
 #       virtio-blk), the serial= given otherwise;
-#   format_node_refused          a raw format node over the file is
-#       refused, the error naming the driver;
+#   format_node_refused          a raw format node with an offset over
+#       the file is refused, the error naming the driver; one that passes
+#       the whole file through is served;
 #   file_image_locked            while the guest runs, a second QEMU with
 #       a node on the first file is refused (writer and read-only=on
 #       alike) with the block layer's lock error, and starts with
@@ -108,12 +109,15 @@
 # migrate: live migration
 #   migrate_reads_survive        a 64 MiB file node on this machine (the
 #       storage both QEMUs see), vhost-blk-pci with 2 queues: the guest
-#       writes 1 MiB, then reads it back again and again while the source
-#       QEMU migrates it to a destination QEMU (-incoming) on this machine;
-#       the migration completes, block_resize on the destination grows the
-#       disk to 96 MiB, and the guest, now on the destination, sees the new
-#       size with every read equal to what it wrote, and a new write reads
-#       back;
+#       writes 1 MiB, then reads it back again and again, each time also
+#       writing a new 4 KiB block, while the source QEMU migrates it to a
+#       destination QEMU (-incoming) on this machine; the migration
+#       completes, block_resize on the destination grows the disk to 96
+#       MiB, and the guest, now on the destination, sees the new size with
+#       every read equal to what it wrote (the pages the kernel wrote
+#       reached the destination: vhost's dirty log), every block written
+#       before, across and after the switch-over there, and a new write
+#       reads back; the downtime and RAM figures are printed;
 #
 # net: vhost-net
 #   tap_per_ring_workers_ping    -netdev tap,vhost=on,vhost-workers=per-ring:
@@ -359,6 +363,14 @@ if [ "${1:-}" = --guest ]; then
 		res="fail the disk did not grow within 600 s"
 		n=0
 		for i in $(seq 1 1200); do
+			# And a write of 4 KiB, from 2 MiB on, one block further
+			# each time: before, across and after the switch-over.
+			# Block k holds the pattern's 4 KiB slice k % 256.
+			if ! dd if=/tmp/pat of=$vd bs=4k count=1 skip=$((n % 256)) \
+			     seek=$((512 + n)) oflag=direct 2>/tmp/dd.err; then
+				res="fail write $((n + 1)) failed: $(cat /tmp/dd.err)"
+				break
+			fi
 			if ! dd if=$vd of=/tmp/back bs=1M count=1 iflag=direct 2>/tmp/dd.err ||
 			   ! cmp -s /tmp/pat /tmp/back; then
 				res="fail read $((n + 1)) differs or failed: $(cat /tmp/dd.err)"
@@ -370,9 +382,17 @@ if [ "${1:-}" = --guest ]; then
 				break
 			fi
 		done
-		say "info $n reads of 1 MiB until the disk grew"
-		# On the destination: what the source wrote is there, and new
-		# writes read back.
+		say "info $n reads of 1 MiB and writes of 4 KiB until the disk grew"
+		# On the destination: every write of the loop is there.
+		if [ "$res" = ok ]; then
+			for r in $(seq 0 $((n / 256))); do cat /tmp/pat; done |
+				head -c $((n * 4096)) >/tmp/want
+			if ! dd if=$vd of=/tmp/got bs=4k count=$n skip=512 iflag=direct 2>/dev/null ||
+			   ! cmp -s /tmp/want /tmp/got; then
+				res="fail a write of the loop does not read back on the destination"
+			fi
+		fi
+		# And new writes read back.
 		if [ "$res" = ok ]; then
 			dd if=/dev/urandom of=/tmp/pat2 bs=1M count=1 2>/dev/null
 			if ! dd if=/tmp/pat2 of=$vd bs=1M count=1 seek=1 oflag=direct 2>/dev/null ||
@@ -878,12 +898,16 @@ if want backends; then
 			lbs_refused=1
 		sed -e 's/\x1b\[[0-9;]*[A-Za-z]//g' -e "s/^/# lbs: /" "$logs/lock-lbs.qemu"
 	fi
-	# A format node (raw over the file) is refused, naming its driver: the
-	# kernel would bypass it.
+	# A format node that maps the file (raw with an offset) is refused,
+	# naming its driver: the kernel would bypass it.  A raw node passing
+	# the whole file through (-drive format=raw) is served.
 	fmt_refused=0
-	! lockrun fmt "driver=raw,file.driver=file,file.filename=$work/disk.img" &&
-		grep -q "node 'n' is a 'raw' node" "$logs/lock-fmt.qemu" && fmt_refused=1
-	sed -e 's/\x1b\[[0-9;]*[A-Za-z]//g' -e "s/^/# fmt: /" "$logs/lock-fmt.qemu"
+	! lockrun fmt "driver=raw,offset=4096,file.driver=file,file.filename=$work/disk.img" &&
+		grep -q "node 'n' is a 'raw' node" "$logs/lock-fmt.qemu" &&
+		lockrun raw "driver=raw,file.driver=file,file.filename=$work/disk.img" &&
+		fmt_refused=1
+	sed -e 's/\x1b\[[0-9;]*[A-Za-z]//g' -e "s/^/# fmt: /" "$logs/lock-fmt.qemu" \
+		"$logs/lock-raw.qemu"
 	lock_rw=0 lock_ro=0 lock_off=0
 	disk1="vhost-blk-pci,drive=d1,num-queues=2,poll-us=1000,serial=vmqt-file0"
 	boot file files files_hook \
@@ -930,7 +954,8 @@ sys.exit(not any(b.get("qdev", "").startswith("/machine/peripheral/disk2/") and
 	if [ $fmt_refused = 1 ]; then
 		result ok format_node_refused
 	else
-		result fail format_node_refused "a raw format node was not refused by name"
+		result fail format_node_refused \
+			"a raw node with an offset was not refused by name, or a plain one was"
 	fi
 	if [ $lock_rw = 1 ] && [ $lock_ro = 1 ] && [ $lock_off = 1 ]; then
 		result ok file_image_locked
@@ -1087,6 +1112,17 @@ if want migrate; then
 			case $mig_status in completed|failed|cancelled) break ;; esac
 		done
 		echo "# migration: $mig_status at $(date +%T)"
+		# The figures: downtime, and the RAM sent again because it was
+		# dirtied meanwhile, the device's writes into guest memory among it.
+		qmp "$work/msrc.qmp" query-migrate '{}' | python3 -c '
+import json, sys
+r = json.load(sys.stdin)["return"]
+ram = r.get("ram", {})
+print("# migration figures: downtime %s ms, total %s ms, setup %s ms; RAM: %s pages sent, "
+      "%s dirty syncs, %s MiB transferred, dirty rate %s pages/s" % (
+      r.get("downtime"), r.get("total-time"), r.get("setup-time"), ram.get("normal"),
+      ram.get("dirty-sync-count"), ram.get("transferred", 0) >> 20,
+      ram.get("dirty-pages-rate")))' 2>/dev/null
 		[ "$mig_status" = completed ] &&
 			qmp "$work/mdst.qmp" block_resize '{"node-name": "m0", "size": 100663296}' |
 				sed 's/^/# qmp: /'

@@ -11,17 +11,19 @@
  * left with what the kernel does not do:
  *
  * - The image.  drive= names a block node, "file" or "host_device" with
- *   no format or filter above it: the kernel reads and writes the file
- *   itself, so there is nothing between the guest and the file for a
- *   format or filter driver to do.  The node's BlockBackend holds the
- *   permissions (so image locking, share-rw, auto-read-only and fdsets are
- *   the block layer's own), query-block shows the disk, and block_resize
- *   resizes it.  The fd the kernel gets (VHOST_BLK_SET_BACKEND, at every
- *   start) is one this device opens on the node's file with the node's
- *   flags: O_RDONLY where the node cannot be written, O_DIRECT with
- *   cache.direct=on.  As that I/O bypasses the block layer, every block
- *   job and graph change on the node is refused (op blockers) but resize,
- *   while the device is started.
+ *   no format or filter above it but a "raw" node that passes the whole
+ *   file through (-drive format=raw, libvirt's format node): the kernel
+ *   reads and writes the file itself, so there is nothing between the
+ *   guest and the file for a format or filter driver to do.  The node's
+ *   BlockBackend holds the permissions (so image locking, share-rw,
+ *   auto-read-only and fdsets are the block layer's own), query-block
+ *   shows the disk, and block_resize resizes it.  The fd the kernel gets
+ *   (VHOST_BLK_SET_BACKEND, at every start) is one this device opens on
+ *   the node's file with the node's flags: O_RDONLY where the node cannot
+ *   be written, O_DIRECT with cache.direct=on.  As that I/O bypasses the
+ *   block layer, every block job and graph change on the node (and on the
+ *   file node under a raw one) is refused (op blockers) but resize, while
+ *   the device is started.
  *
  * - Config space.  capacity from the node's length (at every read, so a
  *   block_resize shows; the guest gets a configuration change interrupt);
@@ -45,8 +47,9 @@
  *   time (it may have used more queues before a reset: the kernel keeps a
  *   stopped ring's kick and addresses), then attaches the backend, so that
  *   every ring has its worker before it serves a request and no stale ring
- *   is served.  A start that fails ends QEMU, as vhost-scsi's does: the
- *   guest would otherwise wait for its requests for ever.  Stop (reset, VM
+ *   is served.  A start that fails (a ring size the kernel refuses, a ring
+ *   outside the guest's RAM) marks the device as needing a reset
+ *   (virtio_error()); QEMU goes on.  Stop (reset, VM
  *   stop, unplug) detaches the backend
  *   first, which waits for the requests in flight, then stops the rings,
  *   whose indexes are then final.  The fd stays open until unrealize, and
@@ -231,6 +234,45 @@ static void vhost_blk_apply_worker_policy(VHostBlk *s)
     }
 }
 
+static bool vhost_blk_is_file_node(BlockDriverState *bs)
+{
+    const char *drv = bs && bs->drv ? bs->drv->format_name : "";
+
+    return !strcmp(drv, "file") || !strcmp(drv, "host_device");
+}
+
+/*
+ * The node whose file the kernel serves: the drive's node if it is a
+ * "file" or "host_device" node, or the file of a "raw" node that passes
+ * all of it through (no offset, no size: -drive format=raw, libvirt's
+ * format node).  Such a raw node is as long as its file, which an offset
+ * or a smaller size would not leave it.  NULL, with an error naming the
+ * node, for anything else.
+ */
+static BlockDriverState *vhost_blk_file_node(VHostBlk *s, Error **errp)
+{
+    BlockDriverState *bs = blk_bs(s->conf.blk);
+    const char *drv = bs && bs->drv ? bs->drv->format_name : "";
+    BlockDriverState *file;
+
+    GRAPH_RDLOCK_GUARD_MAINLOOP();
+
+    if (vhost_blk_is_file_node(bs)) {
+        return bs;
+    }
+    file = bs && bs->file ? bs->file->bs : NULL;
+    if (!strcmp(drv, "raw") && vhost_blk_is_file_node(file) &&
+        bdrv_getlength(bs) == bdrv_getlength(file)) {
+        return file;
+    }
+    error_setg(errp, "node '%s' is a '%s' node: vhost-blk serves a "
+               "'file' or 'host_device' node, or a 'raw' node over one "
+               "without offset or size, and no other format or filter "
+               "(the kernel does the I/O itself)",
+               bs ? bdrv_get_node_name(bs) : "", drv);
+    return NULL;
+}
+
 /*
  * While the kernel does the I/O (the device started), the node's block
  * jobs and graph changes are refused: a job or a filter inserted above the
@@ -241,24 +283,37 @@ static void vhost_blk_apply_worker_policy(VHostBlk *s)
  */
 static void vhost_blk_block_node_ops(VHostBlk *s)
 {
-    BlockDriverState *bs = blk_bs(s->conf.blk);
+    BlockDriverState *nodes[2] = { blk_bs(s->conf.blk), NULL };
+    unsigned int i;
 
-    if (!bdrv_op_blocker_is_empty(bs)) {
-        warn_report("vhost-blk: a block job uses node '%s'; it does not "
-                    "see what the guest writes", bdrv_get_node_name(bs));
+    nodes[1] = vhost_blk_file_node(s, NULL);
+    if (nodes[1] == nodes[0]) {
+        nodes[1] = NULL;
     }
-    bdrv_ref(bs);
-    s->blocked_bs = bs;
-    bdrv_op_block_all(bs, s->op_blocker);
-    bdrv_op_unblock(bs, BLOCK_OP_TYPE_RESIZE, s->op_blocker);
+    for (i = 0; i < ARRAY_SIZE(nodes) && nodes[i]; i++) {
+        BlockDriverState *bs = nodes[i];
+
+        if (!bdrv_op_blocker_is_empty(bs)) {
+            warn_report("vhost-blk: a block job uses node '%s'; it does not "
+                        "see what the guest writes", bdrv_get_node_name(bs));
+        }
+        bdrv_ref(bs);
+        s->blocked_bs[i] = bs;
+        bdrv_op_block_all(bs, s->op_blocker);
+        bdrv_op_unblock(bs, BLOCK_OP_TYPE_RESIZE, s->op_blocker);
+    }
 }
 
 static void vhost_blk_unblock_node_ops(VHostBlk *s)
 {
-    if (s->blocked_bs) {
-        bdrv_op_unblock_all(s->blocked_bs, s->op_blocker);
-        bdrv_unref(s->blocked_bs);
-        s->blocked_bs = NULL;
+    unsigned int i;
+
+    for (i = 0; i < ARRAY_SIZE(s->blocked_bs); i++) {
+        if (s->blocked_bs[i]) {
+            bdrv_op_unblock_all(s->blocked_bs[i], s->op_blocker);
+            bdrv_unref(s->blocked_bs[i]);
+            s->blocked_bs[i] = NULL;
+        }
     }
 }
 
@@ -373,25 +428,64 @@ static void vhost_blk_stop(VirtIODevice *vdev)
     vhost_dev_disable_notifiers(&s->dev, vdev);
 }
 
+/*
+ * A start failed: the device needs a reset, unless the guest has reset it
+ * since.  From a bottom half, as virtio_set_status() stores the status it
+ * was given after set_status returns, NEEDS_RESET included or not.
+ */
+static void vhost_blk_start_failed_bh(void *opaque)
+{
+    VirtIODevice *vdev = opaque;
+    VHostBlk *s = VHOST_BLK(vdev);
+    Error *err = s->start_error;
+
+    s->start_error = NULL;
+    if ((vdev->status & VIRTIO_CONFIG_S_DRIVER_OK) &&
+        !vhost_dev_is_started(&s->dev)) {
+        virtio_error(vdev, "vhost-blk: cannot start: %s",
+                     error_get_pretty(err));
+    }
+    error_free(err);
+    object_unref(OBJECT(vdev));
+}
+
+/*
+ * Start, or tell the guest its device needs a reset: what fails here is
+ * mostly the guest's doing (a ring size the kernel refuses, a ring outside
+ * its RAM), and ends neither QEMU nor the other devices.  Nothing serves
+ * the rings until the guest resets the device and sets it up again.
+ */
+static bool vhost_blk_start_or_fail(VirtIODevice *vdev)
+{
+    VHostBlk *s = VHOST_BLK(vdev);
+    Error *local_err = NULL;
+
+    if (vhost_blk_start(vdev, &local_err) < 0) {
+        if (s->start_error) {
+            /* The bottom half is pending: it reports the latest. */
+            error_free(s->start_error);
+        } else {
+            object_ref(OBJECT(vdev));
+            aio_bh_schedule_oneshot(qemu_get_aio_context(),
+                                    vhost_blk_start_failed_bh, vdev);
+        }
+        s->start_error = local_err;
+        return false;
+    }
+    return true;
+}
+
 static void vhost_blk_set_status(VirtIODevice *vdev, uint8_t status)
 {
     VHostBlk *s = VHOST_BLK(vdev);
     bool should_start = virtio_device_should_start(vdev, status);
-    Error *local_err = NULL;
 
     if (vhost_dev_is_started(&s->dev) == should_start) {
         return;
     }
 
     if (should_start) {
-        if (vhost_blk_start(vdev, &local_err) < 0) {
-            /*
-             * As vhost-scsi does: nothing would serve the rings, and the
-             * guest would wait for its requests for ever.
-             */
-            error_reportf_err(local_err, "vhost-blk: cannot start: ");
-            exit(1);
-        }
+        vhost_blk_start_or_fail(vdev);
     } else {
         vhost_blk_stop(vdev);
     }
@@ -404,17 +498,14 @@ static void vhost_blk_set_status(VirtIODevice *vdev, uint8_t status)
 static void vhost_blk_handle_output(VirtIODevice *vdev, VirtQueue *vq)
 {
     VHostBlk *s = VHOST_BLK(vdev);
-    Error *local_err = NULL;
     unsigned int i;
 
     if (!vdev->start_on_kick || vhost_dev_is_started(&s->dev)) {
         return;
     }
 
-    if (vhost_blk_start(vdev, &local_err) < 0) {
-        /* As in vhost_blk_set_status(). */
-        error_reportf_err(local_err, "vhost-blk: cannot start: ");
-        exit(1);
+    if (!vhost_blk_start_or_fail(vdev)) {
+        return;
     }
 
     /*
@@ -503,24 +594,16 @@ static const BlockDevOps vhost_blk_block_ops = {
     .resize_cb = vhost_blk_resize,
 };
 
-/*
- * The node the kernel serves: "file" or "host_device", nothing above it.
- * Open its file again with its flags, for VHOST_BLK_SET_BACKEND.
- */
+/* Open the served node's file again with its flags, for SET_BACKEND. */
 static bool vhost_blk_open_backing(VHostBlk *s, Error **errp)
 {
-    BlockDriverState *bs = blk_bs(s->conf.blk);
-    const char *drv = bs && bs->drv ? bs->drv->format_name : "";
+    BlockDriverState *bs = vhost_blk_file_node(s, errp);
     int flags = s->read_only ? O_RDONLY : O_RDWR;
     uint32_t align;
     struct stat st;
     int fd;
 
-    if (strcmp(drv, "file") && strcmp(drv, "host_device")) {
-        error_setg(errp, "node '%s' is a '%s' node: vhost-blk serves a "
-                   "'file' or 'host_device' node, with no format or filter "
-                   "above it (the kernel does the I/O itself)",
-                   bs ? bdrv_get_node_name(bs) : "", drv);
+    if (!bs) {
         return false;
     }
     if (blk_get_flags(s->conf.blk) & BDRV_O_NOCACHE) {

@@ -47,8 +47,14 @@ struct VHostBlk {
     int vhost_fd;
     /* Why the node's block jobs and graph changes are refused. */
     Error *op_blocker;
-    /* The node op_blocker blocks, referenced, while the device runs. */
-    BlockDriverState *blocked_bs;
+    /*
+     * The nodes op_blocker blocks, referenced, while the device runs: the
+     * drive's and, under a raw node, its file (NULL if none).
+     */
+    BlockDriverState *blocked_bs[2];
+
+    /* Why the last start failed, until a bottom half reports it. */
+    Error *start_error;
 
     /* The kernel has no per-ring workers: do not ask again. */
     bool workers_unsupported;
