@@ -93,6 +93,11 @@
 #       not force (it passed on the kernel before the fix, lazy and
 #       strict flushes alike); vhost_blk_hardening_test's
 #       iotlb_invalidate_never_waits_for_a_miss forces it;
+#   viommu_stop_cont_200_loses_nothing  then 200 QMP stop/cont cycles while
+#       the guest repeats those writes (40 s of guest time): every fio run
+#       ends and verifies.  At each stop QEMU loads the used rings'
+#       translations before it detaches the backend: a completion that
+#       missed there would be dropped, its request lost;
 #
 # mq: the default number of queues
 #   default_num_queues_per_vcpu  4 vCPUs, vhost-blk-pci without num-queues:
@@ -320,6 +325,23 @@ if [ "${1:-}" = --guest ]; then
 		else
 			say "fail iotlb_overflow"; sed 's/^/VMQT: # /' /tmp/fio.log
 		fi
+		# The host stops and continues the VM 200 times meanwhile
+		# (on_mark_stopcont): the same 4 MiB writes, so that requests
+		# complete at a stop with their used ring's translation
+		# evicted.  None may be lost: every fio run ends and verifies.
+		# SECONDS is guest time, which stands still while stopped.
+		say "mark stopcont"
+		res=ok runs=0 end=$((SECONDS + 40))
+		while [ $SECONDS -lt $end ]; do
+			if ! timeout -s KILL 300 fio --name=sc --filename=$vd --direct=1 \
+				--ioengine=libaio --iodepth=4 --rw=write --bs=4M --size=16M \
+				--offset=32M --verify=crc32c --verify_fatal=1 >/tmp/fio.log 2>&1; then
+				res=fail; sed 's/^/VMQT: # /' /tmp/fio.log; break
+			fi
+			runs=$((runs + 1))
+		done
+		say "info $runs fio runs of 16 MiB across the stops"
+		say "$res stopcont"
 		;;
 	mq)
 		# Default num-queues: one per vCPU.
@@ -449,7 +471,8 @@ declare -A group_cases=(
 		serial_empty_unless_given format_node_refused file_image_locked
 		file_poll_us_busy_polls file_4k_direct_blk_size"
 	[viommu]="viommu_access_platform_fio_verify
-		viommu_workers_shared_one_thread viommu_iotlb_overflow_then_stop"
+		viommu_workers_shared_one_thread viommu_iotlb_overflow_then_stop
+		viommu_stop_cont_200_loses_nothing"
 	[mq]="default_num_queues_per_vcpu default_num_queues_worker_per_queue"
 	[migrate]="migrate_reads_survive"
 	[net]="tap_per_ring_workers_ping"
@@ -1009,8 +1032,29 @@ if want viommu; then
 	vtd_dev=disable-legacy=on,iommu_platform=on,workers=shared
 	kargs="intel_iommu=on"
 	set_pool 0
+	# At "mark stopcont": 200 stops and continues, the guest running
+	# 50 ms between them, from one Python process (a fork costs seconds).
+	cat >"$work/stopcont.py" <<'PY'
+import sys, time
+from qmp import connect, cmd
+f = connect(sys.argv[1])
+t0 = time.monotonic()
+for i in range(200):
+    for c in ('stop', 'cont'):
+        r = cmd(f, c)
+        if 'return' not in r:
+            print('cycle %d: %s: %s' % (i, c, r))
+            sys.exit(1)
+    time.sleep(0.05)
+print('200 stop/cont cycles in %.1f s' % (time.monotonic() - t0))
+PY
+	on_mark_stopcont() {
+		timeout 900 python3 "$work/stopcont.py" "$work/vtd.qmp" >"$logs/vtd.stopcont" 2>&1
+		sed 's/^/# stopcont: /' "$logs/vtd.stopcont"
+	}
 	boot vtd viommu "" -M q35 -device intel-iommu,intremap=off \
-		$(nullb_node nb) -device vhost-blk-pci,drive=nb,num-queues=2,$vtd_dev
+		$(nullb_node nb) -device vhost-blk-pci,drive=nb,num-queues=2,$vtd_dev \
+		-qmp "unix:$work/vtd.qmp,server=on,wait=off"
 	kargs="acpi=off"
 	if ! guest_ok vtd translated; then
 		result fail viommu_access_platform_fio_verify \
@@ -1034,6 +1078,15 @@ if want viommu; then
 		result fail viommu_iotlb_overflow_then_stop "a splat in this kernel's log"
 	else
 		result ok viommu_iotlb_overflow_then_stop
+	fi
+	if ! grep -q "^200 stop/cont cycles" "$logs/vtd.stopcont" 2>/dev/null; then
+		result fail viommu_stop_cont_200_loses_nothing \
+			"the 200 stop/cont cycles did not all run: $(tail -n 2 "$logs/vtd.stopcont" 2>/dev/null)"
+	elif ! guest_ok vtd stopcont; then
+		result fail viommu_stop_cont_200_loses_nothing \
+			"a fio run across the stops failed or never ended (a request lost)"
+	else
+		result ok viommu_stop_cont_200_loses_nothing
 	fi
 fi
 

@@ -385,6 +385,43 @@ err_host_notifiers:
     return ret;
 }
 
+/*
+ * Behind a vIOMMU, put the used ring of every started ring in the kernel's
+ * IOTLB before the backend is detached.  A request that completes while
+ * QEMU waits in VHOST_BLK_SET_BACKEND and misses its used ring could not
+ * be answered (the miss is read by the main loop, which is in that ioctl):
+ * the kernel drops it, and the guest would wait for it for ever after a
+ * stop/cont.  Nothing evicts the entries meanwhile: the kernel adds
+ * entries only as QEMU sends them.
+ */
+static void vhost_blk_load_used_rings(VHostBlk *s)
+{
+    unsigned int i;
+
+    if (!vhost_dev_has_iommu(&s->dev)) {
+        return;
+    }
+    for (i = 0; i < s->dev.nvqs; i++) {
+        struct vhost_virtqueue *vq = &s->dev.vqs[i];
+        uint64_t a, end = vq->used_phys + vq->used_size;
+
+        if (!vhost_blk_ring_in_use(s, i)) {
+            continue;
+        }
+        /*
+         * A ring that is no longer mapped (the vIOMMU reset before the
+         * device, with the machine) cannot be loaded, and needs not be:
+         * the guest is not waiting for it.  The kernel logs a request it
+         * drops.
+         */
+        for (a = vq->used_phys; a < end; a = (a | 0xfff) + 1) {
+            if (vhost_device_iotlb_miss(&s->dev, a, true) < 0) {
+                break;
+            }
+        }
+    }
+}
+
 static void vhost_blk_stop(VirtIODevice *vdev)
 {
     VHostBlk *s = VHOST_BLK(vdev);
@@ -400,6 +437,7 @@ static void vhost_blk_stop(VirtIODevice *vdev)
      * Detach first: the call returns once the requests in flight have
      * completed, so the ring indexes vhost_dev_stop() reads are final.
      */
+    vhost_blk_load_used_rings(s);
     ret = vhost_blk_set_backend(s, -1);
     if (ret < 0) {
         error_report("vhost-blk: cannot detach the backend: %s",
