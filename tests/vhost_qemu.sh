@@ -123,6 +123,11 @@
 #       reached the destination: vhost's dirty log), every block written
 #       before, across and after the switch-over there, and a new write
 #       reads back; the downtime and RAM figures are printed;
+#   migrate_failed_then_cont     before that, a migration to a destination
+#       without the device fails after the source stopped (the device's
+#       state has nowhere to go): the source is stopped, QMP cont runs it
+#       again, and the guest's reads and writes go on (checked with the
+#       others on the final destination);
 #
 # net: vhost-net
 #   tap_per_ring_workers_ping    -netdev tap,vhost=on,vhost-workers=per-ring:
@@ -474,7 +479,7 @@ declare -A group_cases=(
 		viommu_workers_shared_one_thread viommu_iotlb_overflow_then_stop
 		viommu_stop_cont_200_loses_nothing"
 	[mq]="default_num_queues_per_vcpu default_num_queues_worker_per_queue"
-	[migrate]="migrate_reads_survive"
+	[migrate]="migrate_failed_then_cont migrate_reads_survive"
 	[net]="tap_per_ring_workers_ping"
 )
 for g in "$@"; do
@@ -1148,22 +1153,44 @@ if want migrate; then
 	start_qemu mdst migrate "${mig[@]}" -incoming "unix:$work/mig.sock" \
 		-qmp "unix:$work/mdst.qmp,server=on,wait=off"
 	dpid=$qpid
+	# A destination that cannot take the guest: no vhost-blk-pci, so the
+	# device's state has nowhere to go and its load fails, after the
+	# source has stopped and inactivated the node.
+	start_qemu mbad migrate -incoming "unix:$work/bad.sock"
+	bpid=$qpid
 	start_qemu msrc migrate "${mig[@]}" -qmp "unix:$work/msrc.qmp,server=on,wait=off"
 	spid=$qpid
-	mig_status=none
+	# migrate_to SOCKET: migrate the source there; its final status.
+	migrate_to() {
+		local st=none end=$((SECONDS + 1200))
+		qmp "$work/msrc.qmp" migrate "{\"uri\": \"unix:$1\"}" | sed 's/^/# qmp: /' >&2
+		# Every 3 s: a QMP client is a Python process, costly here.
+		while [ $SECONDS -lt $end ]; do
+			nap 3
+			st=$(qmp "$work/msrc.qmp" query-migrate '{}' |
+				python3 -c 'import json, sys; print(json.load(sys.stdin)["return"].get("status", "none"))' 2>/dev/null)
+			case $st in completed|failed|cancelled) break ;; esac
+		done
+		echo "$st"
+	}
+	runstate() {
+		qmp "$work/msrc.qmp" query-status '{}' |
+			python3 -c 'import json, sys; print(json.load(sys.stdin)["return"]["status"])' 2>/dev/null
+	}
+	mig_status=none bad_cont=0
 	if wait_console msrc "VMQT: mark migrate" 1200; then
 		# TCG dirties memory slowly but copies it slowly too.
 		qmp "$work/msrc.qmp" migrate-set-parameters '{"downtime-limit": 2000}' >/dev/null
-		qmp "$work/msrc.qmp" migrate "{\"uri\": \"unix:$work/mig.sock\"}" |
-			sed 's/^/# qmp: /'
-		# Every 3 s: a QMP client is a Python process, costly here.
-		end=$((SECONDS + 1200))
-		while [ $SECONDS -lt $end ]; do
-			nap 3
-			mig_status=$(qmp "$work/msrc.qmp" query-migrate '{}' |
-				python3 -c 'import json, sys; print(json.load(sys.stdin)["return"].get("status", "none"))' 2>/dev/null)
-			case $mig_status in completed|failed|cancelled) break ;; esac
-		done
+		# First to the destination that fails: the source stops
+		# (postmigrate), then goes on with cont, the guest's loop with
+		# it, its node active again and the device started.
+		bad_status=$(migrate_to "$work/bad.sock")
+		before=$(runstate)
+		qmp "$work/msrc.qmp" cont '{}' | sed 's/^/# qmp: /'
+		after=$(runstate)
+		echo "# failed migration: $bad_status, the source $before, after cont $after"
+		[ "$before" != running ] && [ "$after" = running ] && bad_cont=1
+		mig_status=$(migrate_to "$work/mig.sock")
 		echo "# migration: $mig_status at $(date +%T)"
 		# The figures: downtime, and the RAM sent again because it was
 		# dirtied meanwhile, the device's writes into guest memory among it.
@@ -1181,17 +1208,24 @@ print("# migration figures: downtime %s ms, total %s ms, setup %s ms; RAM: %s pa
 				sed 's/^/# qmp: /'
 		wait_console mdst "VMQT: done" 1200
 	fi
-	for p in $spid $dpid; do kill -TERM "$p" 2>/dev/null; done
+	for p in $spid $dpid $bpid; do kill -TERM "$p" 2>/dev/null; done
 	for i in $(seq 1 40); do
 		kill -0 $spid 2>/dev/null || kill -0 $dpid 2>/dev/null || break
 		nap 0.5
 	done
-	kill -KILL $spid $dpid 2>/dev/null
-	wait $spid $dpid 2>/dev/null
+	kill -KILL $spid $dpid $bpid 2>/dev/null
+	wait $spid $dpid $bpid 2>/dev/null
+	sed "s/^/# mbad qemu: /" "$logs/mbad.qemu"
 	for q in msrc mdst; do
 		sed "s/^/# $q qemu: /" "$logs/$q.qemu"
 		tr -d '\r' <"$logs/$q.log" | grep -a "^VMQT: " | sed "s/^/# $q guest: /"
 	done
+	if [ $bad_cont = 1 ]; then
+		result ok migrate_failed_then_cont
+	else
+		result fail migrate_failed_then_cont \
+			"the source did not stop for the failed migration or run after cont"
+	fi
 	if [ "$mig_status" != completed ]; then
 		result fail migrate_reads_survive "the migration ended $mig_status"
 	elif guest_ok mdst migrate_verify; then
