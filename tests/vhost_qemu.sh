@@ -98,6 +98,9 @@
 #       ends and verifies.  At each stop QEMU loads the used rings'
 #       translations before it detaches the backend: a completion that
 #       missed there would be dropped, its request lost;
+#   viommu_rebind_fewer_queues_io  then the guest rebinds its driver with
+#       one queue (ring 1's memory unmapped from the vIOMMU): the device
+#       starts, and fio verify passes;
 #
 # mq: the default number of queues
 #   default_num_queues_per_vcpu  4 vCPUs, vhost-blk-pci without num-queues:
@@ -347,6 +350,26 @@ if [ "${1:-}" = --guest ]; then
 		done
 		say "info $runs fio runs of 16 MiB across the stops"
 		say "$res stopcont"
+		# The driver again, with one queue: ring 1's memory goes back
+		# to the guest and out of the vIOMMU; the device must start
+		# without touching ring 1's old used ring.
+		vdev=$(basename "$(readlink -f /sys/block/vda/device)")
+		drv=/sys/bus/virtio/drivers/virtio_blk
+		echo 1 >/sys/module/virtio_blk/parameters/num_request_queues &&
+			echo "$vdev" >$drv/unbind && echo "$vdev" >$drv/bind ||
+			say "fail rebind of $vdev"
+		for i in $(seq 1 50); do [ -b $vd ] && break; sleep 0.2; done
+		nq=$(ls /sys/block/vda/mq 2>/dev/null | wc -l)
+		say "info after the rebind: $nq queue(s)"
+		if [ "$nq" != 1 ]; then
+			say "fail rebind_one_queue: $nq queues"
+		elif timeout -s KILL 300 fio --name=rb --filename=$vd --direct=1 \
+			--ioengine=libaio --iodepth=4 --rw=randwrite --bs=4k --size=1M \
+			--offset=48M --verify=crc32c --verify_fatal=1 >/tmp/fio.log 2>&1; then
+			say "ok rebind_one_queue"
+		else
+			say "fail rebind_one_queue"; sed 's/^/VMQT: # /' /tmp/fio.log
+		fi
 		;;
 	mq)
 		# Default num-queues: one per vCPU.
@@ -477,7 +500,7 @@ declare -A group_cases=(
 		file_poll_us_busy_polls file_4k_direct_blk_size"
 	[viommu]="viommu_access_platform_fio_verify
 		viommu_workers_shared_one_thread viommu_iotlb_overflow_then_stop
-		viommu_stop_cont_200_loses_nothing"
+		viommu_stop_cont_200_loses_nothing viommu_rebind_fewer_queues_io"
 	[mq]="default_num_queues_per_vcpu default_num_queues_worker_per_queue"
 	[migrate]="migrate_failed_then_cont migrate_reads_survive"
 	[net]="tap_per_ring_workers_ping"
@@ -1092,6 +1115,12 @@ PY
 			"a fio run across the stops failed or never ended (a request lost)"
 	else
 		result ok viommu_stop_cont_200_loses_nothing
+	fi
+	if guest_ok vtd rebind_one_queue; then
+		result ok viommu_rebind_fewer_queues_io
+	else
+		result fail viommu_rebind_fewer_queues_io \
+			"after a rebind with one queue the device did not serve fio"
 	fi
 fi
 

@@ -385,16 +385,33 @@ err_host_notifiers:
     return ret;
 }
 
+/* Send the kernel the translations of [@iova, @iova + @len), page by page. */
+static bool vhost_blk_load_range(VHostBlk *s, uint64_t iova, uint64_t len,
+                                 bool write)
+{
+    uint64_t a, end = iova + len;
+
+    for (a = iova; a < end; a = (a | 0xfff) + 1) {
+        if (vhost_device_iotlb_miss(&s->dev, a, write) < 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
 /*
- * Behind a vIOMMU, put the used ring of every started ring in the kernel's
- * IOTLB before the backend is detached.  A request that completes while
- * QEMU waits in VHOST_BLK_SET_BACKEND and misses its used ring could not
- * be answered (the miss is read by the main loop, which is in that ioctl):
- * the kernel drops it, and the guest would wait for it for ever after a
- * stop/cont.  Nothing evicts the entries meanwhile: the kernel adds
- * entries only as QEMU sends them.
+ * Behind a vIOMMU, put every started ring in the kernel's IOTLB before the
+ * backend is detached: a request that completes while QEMU waits in
+ * VHOST_BLK_SET_BACKEND could not have a miss answered (the main loop is
+ * in that ioctl), and the kernel returns requests only once the ring's
+ * descriptor table, available and used rings all translate
+ * (vq_meta_prefetch()); otherwise it drops them, and the guest would wait
+ * for them for ever after a stop/cont.  Nothing evicts the entries during
+ * the wait: the kernel adds entries only as QEMU sends them.  A ring no
+ * longer mapped (the vIOMMU reset with the machine, before the device) is
+ * skipped: the guest is not waiting for it.
  */
-static void vhost_blk_load_used_rings(VHostBlk *s)
+static void vhost_blk_load_rings(VHostBlk *s)
 {
     unsigned int i;
 
@@ -403,21 +420,11 @@ static void vhost_blk_load_used_rings(VHostBlk *s)
     }
     for (i = 0; i < s->dev.nvqs; i++) {
         struct vhost_virtqueue *vq = &s->dev.vqs[i];
-        uint64_t a, end = vq->used_phys + vq->used_size;
 
-        if (!vhost_blk_ring_in_use(s, i)) {
-            continue;
-        }
-        /*
-         * A ring that is no longer mapped (the vIOMMU reset before the
-         * device, with the machine) cannot be loaded, and needs not be:
-         * the guest is not waiting for it.  The kernel logs a request it
-         * drops.
-         */
-        for (a = vq->used_phys; a < end; a = (a | 0xfff) + 1) {
-            if (vhost_device_iotlb_miss(&s->dev, a, true) < 0) {
-                break;
-            }
+        if (vhost_blk_ring_in_use(s, i) &&
+            vhost_blk_load_range(s, vq->used_phys, vq->used_size, true) &&
+            vhost_blk_load_range(s, vq->desc_phys, vq->desc_size, false)) {
+            vhost_blk_load_range(s, vq->avail_phys, vq->avail_size, false);
         }
     }
 }
@@ -437,7 +444,7 @@ static void vhost_blk_stop(VirtIODevice *vdev)
      * Detach first: the call returns once the requests in flight have
      * completed, so the ring indexes vhost_dev_stop() reads are final.
      */
-    vhost_blk_load_used_rings(s);
+    vhost_blk_load_rings(s);
     ret = vhost_blk_set_backend(s, -1);
     if (ret < 0) {
         error_report("vhost-blk: cannot detach the backend: %s",
