@@ -57,6 +57,20 @@ static void setup_features(QVirtioDevice *dev)
     qvirtio_set_features(dev, features);
 }
 
+/* Reset the device, as a guest driver would, and start it with ring 0. */
+static QVirtQueue *reset_and_start(QVirtioDevice *dev, QGuestAllocator *alloc,
+                                   QVirtQueue *vq)
+{
+    qvirtqueue_cleanup(dev->bus, vq, alloc);
+    qvirtio_reset(dev);
+    qvirtio_set_acknowledge(dev);
+    qvirtio_set_driver(dev);
+    setup_features(dev);
+    vq = qvirtqueue_setup(dev, alloc, 0);
+    qvirtio_set_driver_ok(dev);
+    return vq;
+}
+
 /* One request of 512 bytes at @sector on @vq, served: its status. */
 static uint8_t do_request(QVirtioDevice *dev, QGuestAllocator *alloc,
                           QVirtQueue *vq, uint32_t type, uint64_t sector,
@@ -173,13 +187,7 @@ static void broken_ring_needs_reset(QVirtioBlkPCI *blk, QGuestAllocator *alloc,
     g_assert(qdict_haskey(resp, "return"));
     qobject_unref(resp);
 
-    qvirtqueue_cleanup(dev->bus, vq, alloc);
-    qvirtio_reset(dev);
-    qvirtio_set_acknowledge(dev);
-    qvirtio_set_driver(dev);
-    setup_features(dev);
-    vq = qvirtqueue_setup(dev, alloc, 0);
-    qvirtio_set_driver_ok(dev);
+    vq = reset_and_start(dev, alloc, vq);
     g_assert_cmphex(dev->bus->get_status(dev) &
                     VIRTIO_CONFIG_S_NEEDS_RESET, ==, 0);
     check_serves(dev, alloc, vq);
@@ -243,13 +251,7 @@ static void worker_map(void *obj, void *data, QGuestAllocator *alloc)
     want = g_strdup_printf("vhost-%d", qtest_pid(global_qtest));
     g_assert(g_str_has_prefix(comm, want));
 
-    qvirtqueue_cleanup(dev->bus, vq, alloc);
-    qvirtio_reset(dev);
-    qvirtio_set_acknowledge(dev);
-    qvirtio_set_driver(dev);
-    setup_features(dev);
-    vq = qvirtqueue_setup(dev, alloc, 0);
-    qvirtio_set_driver_ok(dev);
+    vq = reset_and_start(dev, alloc, vq);
     check_serves(dev, alloc, vq);
     g_assert_cmpint(worker_tid(), ==, tid);
     qvirtqueue_cleanup(dev->bus, vq, alloc);

@@ -3357,6 +3357,19 @@ TEST_F_TIMEOUT(hard, stalled_page_cache_read_leaves_the_vmm_killable, 60)
 }
 
 /*
+ * Wait up to 10 s for this process's vhost workers to exit, that is for a
+ * closed device's teardown to end: the workers left (0 when done).
+ */
+static int workers_gone_within_10s(void)
+{
+	int i;
+
+	for (i = 0; i < 2000 && vmm_owner_workers(getpid(), NULL, NULL, 16); i++)
+		usleep(5 * 1000);
+	return vmm_owner_workers(getpid(), NULL, NULL, 16);
+}
+
+/*
  * 4b. Once close() has returned, the device writes nothing more into the
  * VMM, whose memory may already hold something else (the fuzzer's next
  * device had its rings there, and got a used element of this one).  A FLUSH
@@ -3373,7 +3386,7 @@ TEST_F_TIMEOUT(hard, nothing_written_after_close, 60)
 	struct vring_used *used;
 	uint8_t *status;
 	double t0, took;
-	int r, i;
+	int r;
 
 	c->slow_nsec = "2000000000";
 	c->slow_cache = true;
@@ -3404,9 +3417,7 @@ TEST_F_TIMEOUT(hard, nothing_written_after_close, 60)
 	memset(used, 0, sizeof(*used) + 64 * sizeof(used->ring[0]));
 	*status = 0xff;
 
-	for (i = 0; i < 2000 && vmm_owner_workers(getpid(), NULL, NULL, 16); i++)
-		usleep(5 * 1000);
-	ASSERT_EQ(0, vmm_owner_workers(getpid(), NULL, NULL, 16))
+	ASSERT_EQ(0, workers_gone_within_10s())
 		TH_LOG("the device was not torn down 10 s after close()");
 	EXPECT_EQ(0, used->idx) TH_LOG("the device wrote the used ring after close()");
 	EXPECT_EQ(0, used->ring[0].id | used->ring[0].len);
@@ -3430,7 +3441,7 @@ TEST_F_TIMEOUT(hard, nothing_begun_after_close, 60)
 	struct virtio_blk_outhdr *hdr;
 	unsigned char *buf, *back;
 	uint8_t *status;
-	int r, i;
+	int r;
 
 	c->slow_nsec = "2000000000";
 	c->slow_cache = true;
@@ -3458,9 +3469,7 @@ TEST_F_TIMEOUT(hard, nothing_begun_after_close, 60)
 	/* Still at the device, or the release waited for both: nothing tested. */
 	ASSERT_EQ(0, slow_wait_flush(c));
 
-	for (i = 0; i < 2000 && vmm_owner_workers(getpid(), NULL, NULL, 16); i++)
-		usleep(5 * 1000);
-	ASSERT_EQ(0, vmm_owner_workers(getpid(), NULL, NULL, 16))
+	ASSERT_EQ(0, workers_gone_within_10s())
 		TH_LOG("the device was not torn down 10 s after close()");
 	back = aligned_alloc(4096, 4096);
 	ASSERT_NE(NULL, back);
