@@ -169,6 +169,19 @@ if [ "${1:-}" = --guest ]; then
 			tr -dc 'A-Z0-9')
 	fi
 	ncpu=$(nproc)
+	# The driver again, with one queue (virtio_blk.num_request_queues=1):
+	# the device starts with ring 1 not set up.  Sets nq, the queues the
+	# disk has then.
+	rebind_one_queue() {
+		local vdev drv=/sys/bus/virtio/drivers/virtio_blk i
+		vdev=$(basename "$(readlink -f /sys/block/vda/device)")
+		echo 1 >/sys/module/virtio_blk/parameters/num_request_queues &&
+			echo "$vdev" >$drv/unbind && echo "$vdev" >$drv/bind ||
+			say "fail rebind of $vdev"
+		for i in $(seq 1 50); do [ -b $vd ] && break; sleep 0.2; done
+		nq=$(ls /sys/block/vda/mq 2>/dev/null | wc -l)
+		say "info after the rebind: $nq queue(s)"
+	}
 	# fio verify, one job per vCPU.  The first job of a boot runs
 	# between the marks "io" and "iodone": the host counts which
 	# workers woke in between.
@@ -271,14 +284,7 @@ if [ "${1:-}" = --guest ]; then
 			fi
 			# The driver again, with one queue: the device starts
 			# with ring 1 not set up (QEMU unbinds its kick).
-			vdev=$(basename "$(readlink -f /sys/block/vda/device)")
-			drv=/sys/bus/virtio/drivers/virtio_blk
-			echo 1 >/sys/module/virtio_blk/parameters/num_request_queues &&
-				echo "$vdev" >$drv/unbind && echo "$vdev" >$drv/bind ||
-				say "fail rebind of $vdev"
-			for i in $(seq 1 50); do [ -b $vd ] && break; sleep 0.2; done
-			nq=$(ls /sys/block/vda/mq 2>/dev/null | wc -l)
-			say "info after the rebind: $nq queue(s)"
+			rebind_one_queue
 			if [ "$nq" != 1 ]; then
 				say "fail rebind_one_queue: $nq queues"
 			elif fiojob randwrite --offset=16M; then
@@ -353,14 +359,7 @@ if [ "${1:-}" = --guest ]; then
 		# The driver again, with one queue: ring 1's memory goes back
 		# to the guest and out of the vIOMMU; the device must start
 		# without touching ring 1's old used ring.
-		vdev=$(basename "$(readlink -f /sys/block/vda/device)")
-		drv=/sys/bus/virtio/drivers/virtio_blk
-		echo 1 >/sys/module/virtio_blk/parameters/num_request_queues &&
-			echo "$vdev" >$drv/unbind && echo "$vdev" >$drv/bind ||
-			say "fail rebind of $vdev"
-		for i in $(seq 1 50); do [ -b $vd ] && break; sleep 0.2; done
-		nq=$(ls /sys/block/vda/mq 2>/dev/null | wc -l)
-		say "info after the rebind: $nq queue(s)"
+		rebind_one_queue
 		if [ "$nq" != 1 ]; then
 			say "fail rebind_one_queue: $nq queues"
 		elif timeout -s KILL 300 fio --name=rb --filename=$vd --direct=1 \
