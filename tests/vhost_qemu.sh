@@ -123,9 +123,13 @@
 #       completes, block_resize on the destination grows the disk to 96
 #       MiB, and the guest, now on the destination, sees the new size with
 #       every read equal to what it wrote (the pages the kernel wrote
-#       reached the destination: vhost's dirty log), every block written
+#       reached the destination: vhost's dirty log, whose count of pages
+#       the source traces and must be nonzero), every block written
 #       before, across and after the switch-over there, and a new write
-#       reads back; the downtime and RAM figures are printed;
+#       reads back; meanwhile fio writes checksummed blocks (libaio, 4 in
+#       flight) from before the migration until after it, then verifies
+#       on the destination every block it wrote; the downtime, RAM and
+#       device-dirtied page figures are printed;
 #   migrate_failed_then_cont     before that, a migration to a destination
 #       without the device fails after the source stopped (the device's
 #       state has nowhere to go): the source is stopped, QMP cont runs it
@@ -408,6 +412,16 @@ if [ "${1:-}" = --guest ]; then
 		dd if=/tmp/pat of=$vd bs=1M count=1 oflag=direct 2>/dev/null ||
 			say "fail migrate_verify: the first write failed"
 		size0=$(cat /sys/block/vda/size)
+		# Meanwhile fio writes 4 KiB blocks with checksums from 8 MiB
+		# on, 16 a second, until told to stop after the switch-over:
+		# the blocks it wrote (its saved verify state says which) are
+		# verified on the destination.
+		across="--name=across --filename=$vd --direct=1 --ioengine=libaio
+			--iodepth=4 --rw=write --bs=4k --offset=8M --size=48M
+			--rate=64k --verify=crc32c"
+		(cd /tmp && exec fio $across --do_verify=0 --verify_state_save=1 \
+			>/tmp/across.log 2>&1) &
+		fpid=$!
 		say "mark migrate"
 		res="fail the disk did not grow within 600 s"
 		n=0
@@ -432,6 +446,25 @@ if [ "${1:-}" = --guest ]; then
 			fi
 		done
 		say "info $n reads of 1 MiB and writes of 4 KiB until the disk grew"
+		# fio still writing after the switch-over (it would take 12
+		# minutes to finish): stopped, it saves what it wrote, and
+		# reads that back.
+		if ! kill -INT $fpid 2>/dev/null; then
+			[ "$res" = ok ] && res="fail fio's writes ended before the migration did"
+		fi
+		wait $fpid
+		if [ "$res" = ok ] && ! grep -q "err= 0" /tmp/across.log; then
+			res="fail fio's writes failed: $(grep -m1 'err=' /tmp/across.log)"
+		fi
+		if [ "$res" = ok ]; then
+			if (cd /tmp && fio $across --verify_only --verify_state_load=1 \
+				>/tmp/verify.log 2>&1) &&
+			   grep -q "err= 0" /tmp/verify.log; then
+				say "info fio wrote $(sed -n 's/.*WRITE:.* io=\([^ ,]*\).*/\1/p' /tmp/across.log) across the switch-over; verified: $(sed -n 's/.*READ:.* io=\([^ ,]*\).*/\1/p' /tmp/verify.log)"
+			else
+				res="fail fio's blocks do not verify on the destination: $(grep -m1 -iE 'bad|err=' /tmp/verify.log)"
+			fi
+		fi
 		# On the destination: every write of the loop is there.
 		if [ "$res" = ok ]; then
 			for r in $(seq 0 $((n / 256))); do cat /tmp/pat; done |
@@ -1186,8 +1219,18 @@ if want migrate; then
 	# source has stopped and inactivated the node.
 	start_qemu mbad migrate -incoming "unix:$work/bad.sock"
 	bpid=$qpid
-	start_qemu msrc migrate "${mig[@]}" -qmp "unix:$work/msrc.qmp,server=on,wait=off"
+	# The source traces the pages its vhost devices' dirty logs marked
+	# (QEMU patch 0012): what the device wrote into guest memory.
+	start_qemu msrc migrate "${mig[@]}" -qmp "unix:$work/msrc.qmp,server=on,wait=off" \
+		-trace vhost_dev_sync_region
 	spid=$qpid
+	# dev_pages FROM: the pages those lines of msrc.qemu from line FROM on
+	# count.
+	dev_pages() {
+		tail -n +"$1" "$logs/msrc.qemu" |
+			sed -n 's/.*vhost_dev_sync_region .*: \([0-9]*\) pages dirtied.*/\1/p' |
+			awk '{ s += $1 } END { print s + 0 }'
+	}
 	# migrate_to SOCKET: migrate the source there; its final status.
 	migrate_to() {
 		local st=none end=$((SECONDS + 1200))
@@ -1205,7 +1248,7 @@ if want migrate; then
 		qmp "$work/msrc.qmp" query-status '{}' |
 			python3 -c 'import json, sys; print(json.load(sys.stdin)["return"]["status"])' 2>/dev/null
 	}
-	mig_status=none bad_cont=0
+	mig_status=none bad_cont=0 dev_dirtied=0
 	if wait_console msrc "VMQT: mark migrate" 1200; then
 		# TCG dirties memory slowly but copies it slowly too.
 		qmp "$work/msrc.qmp" migrate-set-parameters '{"downtime-limit": 2000}' >/dev/null
@@ -1218,8 +1261,11 @@ if want migrate; then
 		after=$(runstate)
 		echo "# failed migration: $bad_status, the source $before, after cont $after"
 		[ "$before" != running ] && [ "$after" = running ] && bad_cont=1
+		from=$(($(wc -l <"$logs/msrc.qemu") + 1))
 		mig_status=$(migrate_to "$work/mig.sock")
 		echo "# migration: $mig_status at $(date +%T)"
+		dev_dirtied=$(dev_pages "$from")
+		echo "# pages the device dirtied during the migration (vhost's log): $dev_dirtied"
 		# The figures: downtime, and the RAM sent again because it was
 		# dirtied meanwhile, the device's writes into guest memory among it.
 		qmp "$work/msrc.qmp" query-migrate '{}' | python3 -c '
@@ -1245,7 +1291,7 @@ print("# migration figures: downtime %s ms, total %s ms, setup %s ms; RAM: %s pa
 	wait $spid $dpid $bpid 2>/dev/null
 	sed "s/^/# mbad qemu: /" "$logs/mbad.qemu"
 	for q in msrc mdst; do
-		sed "s/^/# $q qemu: /" "$logs/$q.qemu"
+		grep -v "vhost_dev_sync_region " "$logs/$q.qemu" | sed "s/^/# $q qemu: /"
 		tr -d '\r' <"$logs/$q.log" | grep -a "^VMQT: " | sed "s/^/# $q guest: /"
 	done
 	if [ $bad_cont = 1 ]; then
@@ -1256,6 +1302,9 @@ print("# migration figures: downtime %s ms, total %s ms, setup %s ms; RAM: %s pa
 	fi
 	if [ "$mig_status" != completed ]; then
 		result fail migrate_reads_survive "the migration ended $mig_status"
+	elif [ "$dev_dirtied" = 0 ]; then
+		result fail migrate_reads_survive \
+			"the device's dirty log marked no page while the guest read"
 	elif guest_ok mdst migrate_verify; then
 		result ok migrate_reads_survive
 	else
