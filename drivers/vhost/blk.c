@@ -2388,6 +2388,34 @@ static long vhost_blk_set_backend_features(struct vhost_blk *blk, u64 features)
 	return r;
 }
 
+/*
+ * VHOST_BLK_GET_LIMITS: what this kernel enforces, as much of it as the
+ * caller's struct holds.  The struct only grows at its end, so an older
+ * caller gets the fields it knows and a newer one learns from @size
+ * which it got.
+ */
+static long vhost_blk_get_limits(struct vhost_blk_limits __user *argp)
+{
+	struct vhost_blk_limits lim = {
+		.max_queues = VHOST_BLK_MAX_QUEUES,
+		.seg_max = VHOST_BLK_SEG_MAX,
+		.max_discard_seg = VHOST_BLK_MAX_DISCARD_SEG,
+		.max_discard_sectors = VHOST_BLK_MAX_DISCARD_SECTORS,
+		.max_write_zeroes_seg = VHOST_BLK_MAX_DISCARD_SEG,
+		.max_write_zeroes_sectors = VHOST_BLK_MAX_WRITE_ZEROES_SECTORS,
+		.max_busyloop_timeout = VHOST_BLK_MAX_BUSYLOOP_TIMEOUT,
+	};
+	u32 size;
+
+	BUILD_BUG_ON(sizeof(lim) < VHOST_BLK_LIMITS_SIZE_VER0);
+	if (get_user(size, &argp->size))
+		return -EFAULT;
+	if (size < VHOST_BLK_LIMITS_SIZE_VER0)
+		return -EINVAL;
+	lim.size = min_t(u32, size, sizeof(lim));
+	return copy_to_user(argp, &lim, lim.size) ? -EFAULT : 0;
+}
+
 static long vhost_blk_ioctl(struct file *f, unsigned int ioctl,
 			    unsigned long arg)
 {
@@ -2403,6 +2431,8 @@ static long vhost_blk_ioctl(struct file *f, unsigned int ioctl,
 		return vhost_blk_set_backend(blk, argp);
 	case VHOST_BLK_SET_SERIAL:
 		return vhost_blk_set_serial(blk, argp);
+	case VHOST_BLK_GET_LIMITS:
+		return vhost_blk_get_limits(argp);
 	case VHOST_GET_FEATURES:
 		features = VHOST_BLK_FEATURES;
 		return copy_to_user(featurep, &features, sizeof(features)) ?

@@ -84,6 +84,7 @@
 
 #include "qemu/osdep.h"
 #include <sys/ioctl.h>
+#include <linux/vhost.h>
 #include "qapi/error.h"
 #include "qapi/qapi-types-virtio.h"
 #include "block/block_int.h"
@@ -602,7 +603,7 @@ static void vhost_blk_get_config(VirtIODevice *vdev, uint8_t *config)
     memset(&blkcfg, 0, sizeof(blkcfg));
     virtio_stq_p(vdev, &blkcfg.capacity, capacity);
     virtio_stl_p(vdev, &blkcfg.seg_max,
-                 MIN(VHOST_BLK_SEG_MAX, s->queue_size - 2));
+                 MIN(s->limits.seg_max, s->queue_size - 2));
     virtio_stl_p(vdev, &blkcfg.blk_size, blk_size);
     blkcfg.physical_block_exp =
         ctz32(s->conf.physical_block_size / blk_size);
@@ -610,14 +611,14 @@ static void vhost_blk_get_config(VirtIODevice *vdev, uint8_t *config)
     virtio_stl_p(vdev, &blkcfg.opt_io_size, s->conf.opt_io_size / blk_size);
     virtio_stw_p(vdev, &blkcfg.num_queues, s->num_queues);
     virtio_stl_p(vdev, &blkcfg.max_discard_sectors,
-                 VHOST_BLK_MAX_DISCARD_SECTORS);
-    virtio_stl_p(vdev, &blkcfg.max_discard_seg, VHOST_BLK_MAX_DISCARD_SEG);
+                 s->limits.max_discard_sectors);
+    virtio_stl_p(vdev, &blkcfg.max_discard_seg, s->limits.max_discard_seg);
     virtio_stl_p(vdev, &blkcfg.discard_sector_alignment,
                  blk_size >> VHOST_BLK_SECTOR_BITS);
     virtio_stl_p(vdev, &blkcfg.max_write_zeroes_sectors,
-                 VHOST_BLK_MAX_WRITE_ZEROES_SECTORS);
+                 s->limits.max_write_zeroes_sectors);
     virtio_stl_p(vdev, &blkcfg.max_write_zeroes_seg,
-                 VHOST_BLK_MAX_DISCARD_SEG);
+                 s->limits.max_write_zeroes_seg);
     blkcfg.write_zeroes_may_unmap = 1;
 
     memcpy(config, &blkcfg, MIN(vdev->config_len, sizeof(blkcfg)));
@@ -711,7 +712,46 @@ static void vhost_blk_free_queues(VHostBlk *s)
     }
     g_free(s->virtqs);
     s->virtqs = NULL;
+    g_free(s->worker_ids);
+    s->worker_ids = NULL;
     virtio_cleanup(VIRTIO_DEVICE(s));
+}
+
+/*
+ * Read the limits the kernel enforces into s->limits (a kernel without
+ * VHOST_BLK_GET_LIMITS has those of the series' first version, the
+ * header's constants) and check the properties they bound.
+ */
+static bool vhost_blk_get_limits(VHostBlk *s, int vhostfd, Error **errp)
+{
+    struct vhost_blk_limits *lim = &s->limits;
+
+    *lim = (struct vhost_blk_limits) {
+        .size = sizeof(*lim),
+        .max_queues = VHOST_BLK_MAX_QUEUES,
+        .seg_max = VHOST_BLK_SEG_MAX,
+        .max_discard_seg = VHOST_BLK_MAX_DISCARD_SEG,
+        .max_discard_sectors = VHOST_BLK_MAX_DISCARD_SECTORS,
+        .max_write_zeroes_seg = VHOST_BLK_MAX_DISCARD_SEG,
+        .max_write_zeroes_sectors = VHOST_BLK_MAX_WRITE_ZEROES_SECTORS,
+        .max_busyloop_timeout = VHOST_BLK_MAX_BUSYLOOP_TIMEOUT,
+    };
+    if (ioctl(vhostfd, VHOST_BLK_GET_LIMITS, lim) < 0 && errno != ENOTTY) {
+        error_setg_errno(errp, errno, "VHOST_BLK_GET_LIMITS failed");
+        return false;
+    }
+    if (s->num_queues > lim->max_queues) {
+        error_setg(errp, "num-queues must be between 1 and %u",
+                   lim->max_queues);
+        return false;
+    }
+    /* The kernel refuses more (EINVAL): say which property it was. */
+    if (s->poll_us > lim->max_busyloop_timeout) {
+        error_setg(errp, "poll-us must be at most %u",
+                   lim->max_busyloop_timeout);
+        return false;
+    }
+    return true;
 }
 
 static void vhost_blk_device_realize(DeviceState *dev, Error **errp)
@@ -736,9 +776,8 @@ static void vhost_blk_device_realize(DeviceState *dev, Error **errp)
     if (s->num_queues == VHOST_BLK_AUTO_NUM_QUEUES) {
         s->num_queues = 1;
     }
-    if (!s->num_queues || s->num_queues > VHOST_BLK_MAX_QUEUES) {
-        error_setg(errp, "num-queues must be between 1 and %d",
-                   VHOST_BLK_MAX_QUEUES);
+    if (!s->num_queues) {
+        error_setg(errp, "num-queues must be at least 1");
         return;
     }
     if (s->queue_size < 4 || s->queue_size > VIRTQUEUE_MAX_SIZE ||
@@ -747,14 +786,6 @@ static void vhost_blk_device_realize(DeviceState *dev, Error **errp)
                    VIRTQUEUE_MAX_SIZE);
         return;
     }
-#ifdef VHOST_BLK_MAX_BUSYLOOP_TIMEOUT
-    /* The kernel refuses more (EINVAL): say which property it was. */
-    if (s->poll_us > VHOST_BLK_MAX_BUSYLOOP_TIMEOUT) {
-        error_setg(errp, "poll-us must be at most %u",
-                   VHOST_BLK_MAX_BUSYLOOP_TIMEOUT);
-        return;
-    }
-#endif
     if (s->serial && !vhost_blk_parse_serial(s, &serial, errp)) {
         return;
     }
@@ -789,12 +820,17 @@ static void vhost_blk_device_realize(DeviceState *dev, Error **errp)
         close(vhostfd);
         goto err_backing;
     }
+    if (!vhost_blk_get_limits(s, vhostfd, errp)) {
+        close(vhostfd);
+        goto err_backing;
+    }
 
     config_size = virtio_get_config_size(&virtio_blk_cfg_size_params,
                                          vdev->host_features);
     virtio_init(vdev, VIRTIO_ID_BLOCK, config_size);
 
     s->virtqs = g_new(VirtQueue *, s->num_queues);
+    s->worker_ids = g_new(uint32_t, s->num_queues);
     for (i = 0; i < s->num_queues; i++) {
         s->virtqs[i] = virtio_add_queue(vdev, s->queue_size,
                                         vhost_blk_handle_output);

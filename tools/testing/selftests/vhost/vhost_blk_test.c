@@ -785,6 +785,65 @@ TEST(set_backend_errors)
 	close(fd);
 }
 
+/*
+ * VHOST_BLK_GET_LIMITS: size-prefixed, no owner needed, and the limits it
+ * reports are those the device enforces: its last ring takes a busy-poll
+ * timeout of the reported maximum, the ring past it and a timeout past
+ * the maximum are refused.
+ */
+TEST(limits_are_queried_and_enforced)
+{
+	const char *why = vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK");
+	struct vhost_blk_limits lim;
+	struct vhost_vring_state t;
+	unsigned char big[2 * sizeof(lim)];
+	int fd, i;
+
+	if (why)
+		SKIP(return, "%s", why);
+	fd = open("/dev/vhost-blk", O_RDWR);
+	ASSERT_LE(0, fd);
+	/* A struct shorter than the first version's is refused. */
+	memset(&lim, 0, sizeof(lim));
+	lim.size = VHOST_BLK_LIMITS_SIZE_VER0 - 4;
+	EXPECT_EQ(-1, ioctl(fd, VHOST_BLK_GET_LIMITS, &lim));
+	EXPECT_EQ(EINVAL, errno);
+	EXPECT_EQ(-1, ioctl(fd, VHOST_BLK_GET_LIMITS, NULL));
+	EXPECT_EQ(EFAULT, errno);
+	/* The first version, before any owner: today's values. */
+	lim.size = VHOST_BLK_LIMITS_SIZE_VER0;
+	ASSERT_EQ(0, ioctl(fd, VHOST_BLK_GET_LIMITS, &lim));
+	EXPECT_EQ(VHOST_BLK_LIMITS_SIZE_VER0, lim.size);
+	EXPECT_EQ(VHOST_BLK_MAX_QUEUES, lim.max_queues);
+	EXPECT_EQ(VHOST_BLK_SEG_MAX, lim.seg_max);
+	EXPECT_EQ(VHOST_BLK_MAX_DISCARD_SEG, lim.max_discard_seg);
+	EXPECT_EQ(VHOST_BLK_MAX_DISCARD_SECTORS, lim.max_discard_sectors);
+	EXPECT_EQ(VHOST_BLK_MAX_DISCARD_SEG, lim.max_write_zeroes_seg);
+	EXPECT_EQ(VHOST_BLK_MAX_WRITE_ZEROES_SECTORS, lim.max_write_zeroes_sectors);
+	EXPECT_EQ(VHOST_BLK_MAX_BUSYLOOP_TIMEOUT, lim.max_busyloop_timeout);
+	/* A caller from a later header: only the kernel's part is written. */
+	memset(big, 0xa5, sizeof(big));
+	((struct vhost_blk_limits *)big)->size = sizeof(big);
+	ASSERT_EQ(0, ioctl(fd, VHOST_BLK_GET_LIMITS, big));
+	EXPECT_EQ(sizeof(lim), ((struct vhost_blk_limits *)big)->size);
+	EXPECT_EQ(0, memcmp(big + sizeof(__u32), (char *)&lim + sizeof(__u32),
+			    sizeof(lim) - sizeof(__u32)));
+	for (i = sizeof(lim); i < (int)sizeof(big); i++)
+		ASSERT_EQ(0xa5, big[i]) TH_LOG("byte %d past the kernel's struct written", i);
+	/* Enforced as reported. */
+	ASSERT_EQ(0, ioctl(fd, VHOST_SET_OWNER, NULL));
+	t = (struct vhost_vring_state){ .index = lim.max_queues - 1,
+					.num = lim.max_busyloop_timeout };
+	EXPECT_EQ(0, ioctl(fd, VHOST_SET_VRING_BUSYLOOP_TIMEOUT, &t));
+	t.num++;
+	EXPECT_EQ(-1, ioctl(fd, VHOST_SET_VRING_BUSYLOOP_TIMEOUT, &t));
+	EXPECT_EQ(EINVAL, errno);
+	t = (struct vhost_vring_state){ .index = lim.max_queues };
+	EXPECT_EQ(-1, ioctl(fd, VHOST_SET_VRING_BUSYLOOP_TIMEOUT, &t));
+	EXPECT_EQ(ENOBUFS, errno);
+	close(fd);
+}
+
 TEST(dirty_log_marks_exactly_the_pages_in_requests_wrote)
 {
 	uint64_t features = (1ULL << VIRTIO_F_VERSION_1) | (1ULL << VHOST_F_LOG_ALL);
@@ -960,10 +1019,12 @@ TEST(kill_owner_with_io_in_flight)
  * Kthread mode (VHOST_SET_FORK_FROM_OWNER off): the core makes no new
  * workers there, so vhost-blk leaves every ring on the device's one worker
  * (as worker_pool=1) and serves them all; a VMM asking for a new worker
- * itself gets EOPNOTSUPP, binding to the existing one works.
+ * itself gets EOPNOTSUPP, from VHOST_SET_VRING_WORKER and VHOST_NEW_WORKER
+ * alike; binding to the existing one works.
  */
 TEST(kthread_mode_rings_share_the_default_worker)
 {
+	struct vhost_worker_state st = {};
 	struct vhost_vring_worker w;
 	unsigned int q, ids[2];
 	struct vmm_blk b;
@@ -1000,6 +1061,9 @@ TEST(kthread_mode_rings_share_the_default_worker)
 	EXPECT_EQ(ids[0], ids[1]) TH_LOG("kthread mode made a worker for ring 1");
 	w = (struct vhost_vring_worker){ .index = 1, .worker_id = VHOST_VRING_NEW_WORKER };
 	EXPECT_EQ(-1, ioctl(b.fd, VHOST_SET_VRING_WORKER, &w));
+	EXPECT_EQ(EOPNOTSUPP, errno);
+	/* Mainline's call gives the same answer (it was EFAULT). */
+	EXPECT_EQ(-1, ioctl(b.fd, VHOST_NEW_WORKER, &st));
 	EXPECT_EQ(EOPNOTSUPP, errno);
 	w = (struct vhost_vring_worker){ .index = 1, .worker_id = ids[0] };
 	EXPECT_EQ(0, ioctl(b.fd, VHOST_SET_VRING_WORKER, &w));

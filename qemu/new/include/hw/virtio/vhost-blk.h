@@ -19,7 +19,8 @@
 OBJECT_DECLARE_SIMPLE_TYPE(VHostBlk, VHOST_BLK)
 
 /*
- * "num-queues" default: one queue per vCPU, at most VHOST_BLK_MAX_QUEUES.
+ * "num-queues" default: one queue per vCPU, at most VHOST_BLK_MAX_QUEUES;
+ * set, at most what the kernel's VHOST_BLK_GET_LIMITS says.
  * The transport resolves it (vhost-blk-pci); otherwise it means 1.
  */
 #define VHOST_BLK_AUTO_NUM_QUEUES UINT16_MAX
@@ -59,12 +60,15 @@ struct VHostBlk {
     /* The kernel has no per-ring workers: do not ask again. */
     bool workers_unsupported;
     /*
-     * Per-queue policy: the worker made for each ring, kept for the
-     * lifetime of the device (the kernel keeps it until the fd is closed),
-     * VHOST_VRING_NEW_WORKER while none was made.  Ring 0 stays on the
-     * device's default worker.
+     * Per-queue policy: the worker made for each ring (num_queues of
+     * them), kept for the lifetime of the device (the kernel keeps it
+     * until the fd is closed), VHOST_VRING_NEW_WORKER while none was made.
+     * Ring 0 stays on the device's default worker.
      */
-    uint32_t worker_ids[VHOST_BLK_MAX_QUEUES];
+    uint32_t *worker_ids;
+
+    /* What the kernel enforces (VHOST_BLK_GET_LIMITS), read at realize. */
+    struct vhost_blk_limits limits;
 
     struct vhost_dev dev;
     struct vhost_virtqueue *vhost_vqs;
