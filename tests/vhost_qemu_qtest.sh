@@ -13,7 +13,10 @@
 #       the guest broke marks the device as needing a reset, QEMU goes on,
 #       a reset and a good set-up are served), worker-map
 #       (x-query-vhost-workers names a vhost thread of this QEMU for queue
-#       0, the same after a device reset).
+#       0, the same after a device reset), multi-segment-discard (the
+#       config space offers the DISCARD and WRITE_ZEROES segments
+#       VHOST_BLK_GET_LIMITS reports, and a request of that many is
+#       served: exactly its sectors read back as zeroes).
 #
 #   VHOST_QEMU     the patched qemu-system-x86_64; qos-test is in its
 #                  build directory (tests/qtest/qos-test, built by
@@ -22,7 +25,8 @@
 #                  (default /usr/share/qemu:/usr/share/seabios)
 set -u
 
-cases=(indirect config basic resize bad-queue-size ring-outside-ram worker-map)
+cases=(indirect config basic resize bad-queue-size ring-outside-ram worker-map
+	multi-segment-discard)
 qemu=${VHOST_QEMU:-}
 qos=${qemu:+$(dirname "$qemu")/tests/qtest/qos-test}
 

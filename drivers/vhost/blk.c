@@ -109,6 +109,12 @@ MODULE_PARM_DESC(busyloop_timeout,
  * maybe split at memory-region or IOTLB boundaries) allocate theirs.
  */
 #define VHOST_BLK_INLINE_IOVS	8
+/*
+ * DISCARD and WRITE_ZEROES segments a slot holds in itself (in the room
+ * its page-cache iterator takes otherwise); a request with more, up to
+ * VHOST_BLK_MAX_DISCARD_SEG, allocates them.
+ */
+#define VHOST_BLK_INLINE_SEGS	2
 /* How often a ring whose filesystem is frozen looks for the thaw. */
 #define VHOST_BLK_FROZEN_RETRY	msecs_to_jiffies(10)
 /*
@@ -340,11 +346,16 @@ struct vhost_blk_req {
 	loff_t pos;
 	/* For slow_work: what it serves, and how (see vhost_blk_defer()). */
 	u32 type;			/* VIRTIO_BLK_T_* */
+	/*
+	 * DISCARD and WRITE_ZEROES: their nseg segments, inline_segs or an
+	 * allocation of their own; NULL for other requests.
+	 */
+	struct virtio_blk_discard_write_zeroes *segs;
 	union {
 		struct {		/* DISCARD, WRITE_ZEROES */
 			unsigned int nseg;
 			struct virtio_blk_discard_write_zeroes
-				segs[VHOST_BLK_MAX_DISCARD_SEG];
+				inline_segs[VHOST_BLK_INLINE_SEGS];
 		};
 		struct {		/* IN, OUT through the page cache */
 			struct iov_iter iter;	/* what is left to move */
@@ -397,6 +408,7 @@ static struct vhost_blk_req *vhost_blk_req_get(struct vhost_blk_vq *bvq,
 	}
 	bvq->free = req->next_free;
 	WRITE_ONCE(bvq->inflight, bvq->inflight + 1);
+	req->segs = NULL;
 	req->invalidate = false;
 	req->data_written = 0;
 	req->is_read = false;
@@ -416,6 +428,8 @@ static void vhost_blk_req_put(struct vhost_blk_req *req)
 	if (unlikely(req->iov != req->inline_iov))
 		kfree(req->iov);
 	kfree(req->log);
+	if (unlikely(req->segs != req->inline_segs))
+		kfree(req->segs);
 	req->next_free = bvq->free;
 	bvq->free = req;
 	WRITE_ONCE(bvq->inflight, bvq->inflight - 1);
@@ -896,6 +910,9 @@ static bool vhost_blk_range_ok(struct file *file, u64 sector, u64 len)
  * Copy the segments of a DISCARD (@discard) or WRITE_ZEROES request from
  * @from into @req and check them: VIRTIO_BLK_S_OK when slow_work may carry
  * them out (vhost_blk_discard_zeroes()), the request's status otherwise.
+ * Each segment is checked on its own (its sectors, its flags); they may
+ * overlap or come in any order, as the spec does not forbid it.  Under
+ * vq.mutex.
  */
 static u8 vhost_blk_get_segs(struct vhost_blk_req *req, struct file *file,
 			     struct iov_iter *from, bool discard)
@@ -910,6 +927,14 @@ static u8 vhost_blk_get_segs(struct vhost_blk_req *req, struct file *file,
 	max = discard ? VHOST_BLK_MAX_DISCARD_SECTORS :
 			VHOST_BLK_MAX_WRITE_ZEROES_SECTORS;
 	req->nseg = n / sizeof(*seg);
+	req->segs = req->inline_segs;
+	if (req->nseg > VHOST_BLK_INLINE_SEGS) {
+		/* Freed by vhost_blk_req_put(), whatever the status. */
+		req->segs = kmalloc_array(req->nseg, sizeof(*seg),
+					  GFP_KERNEL_ACCOUNT);
+		if (!req->segs)
+			return VIRTIO_BLK_S_IOERR;
+	}
 	for (seg = req->segs; seg < req->segs + req->nseg; seg++) {
 		if (copy_from_iter(seg, sizeof(*seg), from) != sizeof(*seg))
 			return VIRTIO_BLK_S_IOERR;
@@ -925,7 +950,12 @@ static u8 vhost_blk_get_segs(struct vhost_blk_req *req, struct file *file,
 	return VIRTIO_BLK_S_OK;
 }
 
-/* Carry out the segments vhost_blk_get_segs() checked.  On vhost_blk_wq. */
+/*
+ * Carry out the segments vhost_blk_get_segs() checked, in the order the
+ * guest gave them; the first that fails ends the request with IOERR (the
+ * ones before it are done, as when a guest's own multi-range request fails
+ * part way).  On vhost_blk_wq.
+ */
 static u8 vhost_blk_discard_zeroes(struct vhost_blk_req *req)
 {
 	struct virtio_blk_discard_write_zeroes *seg;

@@ -31,7 +31,7 @@
  *   physical_block_size (virtio-blk's defaults: 512, or the host's with a
  *   host_device node; an error where cache.direct=on cannot serve the
  *   logical block size); seg_max, num_queues and the DISCARD/WRITE_ZEROES
- *   limits from the kernel's uapi constants.
+ *   limits (up to 16 segments a request) from VHOST_BLK_GET_LIMITS.
  *
  * - Feature bits.  The guest is offered what the kernel reports (for the
  *   bits in kernel_feature_bits) and VIRTIO_BLK_F_RO, which QEMU offers
@@ -719,8 +719,9 @@ static void vhost_blk_free_queues(VHostBlk *s)
 
 /*
  * Read the limits the kernel enforces into s->limits (a kernel without
- * VHOST_BLK_GET_LIMITS has those of the series' first version, the
- * header's constants) and check the properties they bound.
+ * VHOST_BLK_GET_LIMITS has those of the series' first version: the
+ * header's constants, but one DISCARD or WRITE_ZEROES segment) and check
+ * the properties they bound.
  */
 static bool vhost_blk_get_limits(VHostBlk *s, int vhostfd, Error **errp)
 {
@@ -730,9 +731,9 @@ static bool vhost_blk_get_limits(VHostBlk *s, int vhostfd, Error **errp)
         .size = sizeof(*lim),
         .max_queues = VHOST_BLK_MAX_QUEUES,
         .seg_max = VHOST_BLK_SEG_MAX,
-        .max_discard_seg = VHOST_BLK_MAX_DISCARD_SEG,
+        .max_discard_seg = 1,
         .max_discard_sectors = VHOST_BLK_MAX_DISCARD_SECTORS,
-        .max_write_zeroes_seg = VHOST_BLK_MAX_DISCARD_SEG,
+        .max_write_zeroes_seg = 1,
         .max_write_zeroes_sectors = VHOST_BLK_MAX_WRITE_ZEROES_SECTORS,
         .max_busyloop_timeout = VHOST_BLK_MAX_BUSYLOOP_TIMEOUT,
     };

@@ -9,6 +9,8 @@
  */
 
 #include "qemu/osdep.h"
+#include <sys/ioctl.h>
+#include <linux/vhost.h>
 #include "libqtest-single.h"
 #include "qemu/bswap.h"
 #include "qobject/qdict.h"
@@ -257,6 +259,101 @@ static void worker_map(void *obj, void *data, QGuestAllocator *alloc)
     qvirtqueue_cleanup(dev->bus, vq, alloc);
 }
 
+/*
+ * One DISCARD or WRITE_ZEROES request of @n segments, the sectors and
+ * flags in @segs, on @vq: its status.
+ */
+static uint8_t dwz_request(QVirtioDevice *dev, QGuestAllocator *alloc,
+                           QVirtQueue *vq, uint32_t type,
+                           const struct virtio_blk_discard_write_zeroes *segs,
+                           uint32_t n)
+{
+    struct virtio_blk_outhdr hdr = { .type = cpu_to_le32(type) };
+    size_t len = n * sizeof(*segs);
+    uint64_t addr = guest_alloc(alloc, sizeof(hdr) + len + 1);
+    uint8_t status = 0xff;
+    uint32_t head;
+
+    memwrite(addr, &hdr, sizeof(hdr));
+    memwrite(addr + sizeof(hdr), segs, len);
+    memwrite(addr + sizeof(hdr) + len, &status, 1);
+    head = qvirtqueue_add(global_qtest, vq, addr, sizeof(hdr), false, true);
+    qvirtqueue_add(global_qtest, vq, addr + sizeof(hdr), len, false, true);
+    qvirtqueue_add(global_qtest, vq, addr + sizeof(hdr) + len, 1, true,
+                   false);
+    qvirtqueue_kick(global_qtest, dev, vq, head);
+    qvirtio_wait_used_elem(global_qtest, dev, vq, head, NULL, TIMEOUT_US);
+    status = readb(addr + sizeof(hdr) + len);
+    guest_free(alloc, addr);
+    return status;
+}
+
+/*
+ * The config space offers the DISCARD and WRITE_ZEROES segments the kernel
+ * reports (VHOST_BLK_GET_LIMITS, asked here too), more than one, and the
+ * kernel serves a request of that many: a WRITE_ZEROES of every other
+ * sector zeroes exactly those, a DISCARD of the others completes.
+ */
+static void multi_segment_discard(void *obj, void *data,
+                                  QGuestAllocator *alloc)
+{
+    QVirtioBlkPCI *blk = obj;
+    QVirtioDevice *dev = blk->blk.vdev;
+    struct vhost_blk_limits lim = { .size = sizeof(lim) };
+    g_autofree struct virtio_blk_discard_write_zeroes *segs = NULL;
+    uint32_t n, i;
+    QVirtQueue *vq;
+    char buf[512];
+    int fd;
+
+    /* libqos reads the config space after the features are set. */
+    setup_features(dev);
+    fd = open("/dev/vhost-blk", O_RDWR);
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(ioctl(fd, VHOST_BLK_GET_LIMITS, &lim), ==, 0);
+    close(fd);
+    n = qvirtio_config_readl(dev, offsetof(struct virtio_blk_config,
+                                           max_discard_seg));
+    g_assert_cmpuint(n, ==, lim.max_discard_seg);
+    g_assert_cmpuint(n, >, 1);
+    g_assert_cmpuint(qvirtio_config_readl(dev,
+                         offsetof(struct virtio_blk_config,
+                                  max_write_zeroes_seg)),
+                     ==, lim.max_write_zeroes_seg);
+    n = MIN(n, lim.max_write_zeroes_seg);
+
+    g_assert(qvirtio_get_features(dev) &
+             (1ull << VIRTIO_BLK_F_WRITE_ZEROES));
+    vq = qvirtqueue_setup(dev, alloc, 0);
+    qvirtio_set_driver_ok(dev);
+    for (i = 0; i < 2 * n; i++) {
+        memset(buf, 'a' + i % 26, sizeof(buf));
+        g_assert_cmpint(do_request(dev, alloc, vq, VIRTIO_BLK_T_OUT, i, buf),
+                        ==, VIRTIO_BLK_S_OK);
+    }
+    segs = g_new0(struct virtio_blk_discard_write_zeroes, n);
+    for (i = 0; i < n; i++) {
+        segs[i].sector = cpu_to_le64(2 * i);
+        segs[i].num_sectors = cpu_to_le32(1);
+    }
+    g_assert_cmpint(dwz_request(dev, alloc, vq, VIRTIO_BLK_T_WRITE_ZEROES,
+                                segs, n), ==, VIRTIO_BLK_S_OK);
+    for (i = 0; i < 2 * n; i++) {
+        g_assert_cmpint(do_request(dev, alloc, vq, VIRTIO_BLK_T_IN, i, buf),
+                        ==, VIRTIO_BLK_S_OK);
+        g_assert_cmpint(buf[0], ==, i % 2 ? 'a' + i % 26 : 0);
+        g_assert_cmpint(buf[511], ==, i % 2 ? 'a' + i % 26 : 0);
+    }
+    if (qvirtio_get_features(dev) & (1ull << VIRTIO_BLK_F_DISCARD)) {
+        for (i = 0; i < n; i++) {
+            segs[i].sector = cpu_to_le64(2 * i + 1);
+        }
+        g_assert_cmpint(dwz_request(dev, alloc, vq, VIRTIO_BLK_T_DISCARD,
+                                    segs, n), ==, VIRTIO_BLK_S_OK);
+    }
+    qvirtqueue_cleanup(dev->bus, vq, alloc);
+}
+
 static void register_vhost_blk_test(void)
 {
     QOSGraphTestOptions opts = {
@@ -267,6 +364,8 @@ static void register_vhost_blk_test(void)
     qos_add_test("ring-outside-ram", "vhost-blk-pci", ring_outside_ram,
                  &opts);
     qos_add_test("worker-map", "vhost-blk-pci", worker_map, &opts);
+    qos_add_test("multi-segment-discard", "vhost-blk-pci",
+                 multi_segment_discard, &opts);
 }
 
 libqos_init(register_vhost_blk_test);

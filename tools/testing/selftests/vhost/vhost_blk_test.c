@@ -435,6 +435,121 @@ TEST_F_TIMEOUT(blk, write_zeroes_unmap, 30)
 		     VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP);
 }
 
+/*
+ * Post a DISCARD or WRITE_ZEROES of @n segments on ring 2, the segments split
+ * over two descriptors, the first alone; its status, or -1.
+ */
+static int dwz_segs(FIXTURE_DATA(blk) * self, uint32_t type,
+		    const struct virtio_blk_discard_write_zeroes *segs,
+		    unsigned int n)
+{
+	struct virtio_blk_discard_write_zeroes *g;
+	struct vmm_vq *vq = &self->b.vq[2];
+	struct vmm_blk_slot *s;
+	struct vmm_seg d[4];
+	unsigned int nd = 0;
+
+	s = vmm_alloc(&self->b.vmm, sizeof(*s), 64);
+	g = vmm_alloc(&self->b.vmm, n * sizeof(*g), 16);
+	if (!s || !g)
+		return -1;
+	memcpy(g, segs, n * sizeof(*g));
+	s->hdr.type = type;
+	s->hdr.ioprio = 0;
+	s->hdr.sector = 0;
+	s->status = 0xff;
+	d[nd++] = (struct vmm_seg){ &s->hdr, sizeof(s->hdr), false };
+	d[nd++] = (struct vmm_seg){ g, sizeof(*g), false };
+	if (n > 1)
+		d[nd++] = (struct vmm_seg){ g + 1, (n - 1) * sizeof(*g), false };
+	d[nd++] = (struct vmm_seg){ &s->status, 1, true };
+	if (vmm_vq_add(vq, d, nd, false, s) < 0)
+		return -1;
+	vmm_vq_kick(vq);
+	if (vmm_vq_get_used(vq, NULL, NULL, 10000) < 0)
+		return -1;
+	return s->status;
+}
+
+#define SEG(s, n, f) ((struct virtio_blk_discard_write_zeroes){ \
+	.sector = (s), .num_sectors = (n), .flags = (f) })
+
+/*
+ * A DISCARD or WRITE_ZEROES request carries as many segments as GET_LIMITS
+ * says, more than a slot holds in itself: a WRITE_ZEROES of three ranges,
+ * out of order, zeroes exactly them.  One bad segment among good ones (past
+ * the end, an unknown flag), or one segment too many, fails the request with
+ * nothing done; a DISCARD of the most segments completes and spares what
+ * lies between them.
+ */
+TEST_F_TIMEOUT(blk, discard_and_zeroes_take_several_segments, 30)
+{
+	const char *why = variant->backend == BE_NULLB ?
+			  vhost_nullb_unusable(true, true) : NULL;
+	struct virtio_blk_discard_write_zeroes segs[VHOST_BLK_MAX_DISCARD_SEG + 1];
+	struct vhost_blk_limits lim = { .size = sizeof(lim) };
+	const uint64_t sector = 2048;
+	unsigned int i;
+	char *expect;
+
+	if (why)
+		SKIP(return, "%s", why);
+	ASSERT_EQ(0, ioctl(self->b.fd, VHOST_BLK_GET_LIMITS, &lim));
+	ASSERT_LT(2, lim.max_write_zeroes_seg);
+	ASSERT_GE(VHOST_BLK_MAX_DISCARD_SEG, lim.max_write_zeroes_seg);
+	ASSERT_GE(VHOST_BLK_MAX_DISCARD_SEG, lim.max_discard_seg);
+	expect = malloc(65536);
+	ASSERT_NE(NULL, expect);
+	fill(self->buf, 65536, sector, 7);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&self->b, 2, VIRTIO_BLK_T_OUT, sector,
+					      self->buf, 65536));
+	memcpy(expect, self->buf, 65536);
+
+	/* Three ranges, the last first. */
+	segs[0] = SEG(sector + 100, 8, 0);
+	segs[1] = SEG(sector + 8, 16, 0);
+	segs[2] = SEG(sector + 40, 8, VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP);
+	EXPECT_EQ(VIRTIO_BLK_S_OK, dwz_segs(self, VIRTIO_BLK_T_WRITE_ZEROES, segs, 3));
+	memset(expect + 100 * 512, 0, 8 * 512);
+	memset(expect + 8 * 512, 0, 16 * 512);
+	memset(expect + 40 * 512, 0, 8 * 512);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&self->b, 2, VIRTIO_BLK_T_IN, sector,
+					      self->buf2, 65536));
+	EXPECT_EQ(0, memcmp(expect, self->buf2, 65536));
+	ASSERT_EQ(65536, store_read(self->check, self->buf2, 65536, sector));
+	EXPECT_EQ(0, memcmp(expect, self->buf2, 65536));
+
+	/* One bad segment fails them all, before any is carried out. */
+	segs[0] = SEG(sector, 8, 0);
+	segs[1] = SEG(self->sectors - 4, 8, 0);
+	segs[2] = SEG(sector + 64, 8, 0);
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, dwz_segs(self, VIRTIO_BLK_T_WRITE_ZEROES, segs, 3));
+	segs[1] = SEG(sector + 72, 8, 0x80);
+	EXPECT_EQ(VIRTIO_BLK_S_UNSUPP, dwz_segs(self, VIRTIO_BLK_T_WRITE_ZEROES, segs, 3));
+	/* One segment more than the limit. */
+	for (i = 0; i <= lim.max_write_zeroes_seg; i++)
+		segs[i] = SEG(sector + 4 * i, 4, 0);
+	EXPECT_EQ(VIRTIO_BLK_S_IOERR, dwz_segs(self, VIRTIO_BLK_T_WRITE_ZEROES, segs,
+					       lim.max_write_zeroes_seg + 1));
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&self->b, 2, VIRTIO_BLK_T_IN, sector,
+					      self->buf2, 65536));
+	EXPECT_EQ(0, memcmp(expect, self->buf2, 65536));
+
+	/* The most DISCARD segments: the first half of every 8 sectors. */
+	for (i = 0; i < lim.max_discard_seg; i++)
+		segs[i] = SEG(sector + 8 * i, 4, 0);
+	EXPECT_EQ(VIRTIO_BLK_S_OK, dwz_segs(self, VIRTIO_BLK_T_DISCARD, segs,
+					    lim.max_discard_seg));
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&self->b, 2, VIRTIO_BLK_T_IN, sector,
+					      self->buf2, 65536));
+	for (i = 0; i < lim.max_discard_seg; i++)
+		EXPECT_EQ(0, memcmp(expect + (8 * i + 4) * 512,
+				    (char *)self->buf2 + (8 * i + 4) * 512, 4 * 512))
+			TH_LOG("sectors %u..%u, between two discarded ranges",
+			       8 * i + 4, 8 * i + 7);
+	free(expect);
+}
+
 TEST_F_TIMEOUT(blk, unsupported_and_malformed_requests, 30)
 {
 	struct vmm_vq *vq = &self->b.vq[3];
