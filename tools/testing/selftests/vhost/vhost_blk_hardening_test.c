@@ -2840,6 +2840,73 @@ TEST_F_TIMEOUT(hard, worker_pool_of_two_shares_round_robin, 30)
 }
 
 /*
+ * Workers the kernel makes for rings the VMM did not bind (worker_pool=0)
+ * are the VMM's like its own: VHOST_GET_VRING_WORKER and
+ * VHOST_GET_VRING_WORKER_INFO name them (a thread of this process),
+ * VHOST_FREE_WORKER refuses one in use (EBUSY) and frees it once its ring
+ * is rebound, after which its id is gone (ENODEV).  A ring the VMM bound
+ * before the start keeps the worker it was given: the kernel makes none
+ * for it.
+ */
+TEST_F_TIMEOUT(hard, kernel_made_workers_are_found_rebound_and_freed, 30)
+{
+	const char *why = vhost_nullb_unusable(false, false);
+	struct vhost_vring_worker_info info;
+	struct ctx *c = &self->c;
+	unsigned int ids[3], mine = VHOST_VRING_NEW_WORKER, q;
+	struct vhost_vring_worker w;
+	char comm[64], path[64];
+	void *buf;
+
+	if (why)
+		SKIP(return, "%s", why);
+	if (read_str(WORKER_POOL, c->worker_pool, sizeof(c->worker_pool)))
+		SKIP(return, "%s missing", WORKER_POOL);
+	ASSERT_EQ(0, write_str(WORKER_POOL, "0"));
+	c->be = open(NULLB0, O_RDWR | O_DIRECT);
+	ASSERT_LE(0, c->be);
+	ASSERT_EQ(0, blk_open(c, 3, 64, V1, 4 << 20));
+	/* Ring 2 bound by the VMM before any ring starts. */
+	ASSERT_EQ(0, set_worker(c->b.fd, 2, &mine));
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	buf = vmm_alloc(&c->b.vmm, 4096, 4096);
+	ASSERT_NE(NULL, buf);
+	for (q = 0; q < 3; q++) {
+		ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&c->b, q, VIRTIO_BLK_T_IN, 0, buf, 4096))
+			TH_LOG("ring %u is not served", q);
+		w = (struct vhost_vring_worker){ .index = q };
+		ASSERT_EQ(0, ioctl(c->b.fd, VHOST_GET_VRING_WORKER, &w));
+		ids[q] = w.worker_id;
+	}
+	EXPECT_EQ(mine, ids[2]) TH_LOG("the kernel moved a ring the VMM bound");
+	ASSERT_NE(ids[0], ids[1]) TH_LOG("the kernel made no worker for ring 1");
+	EXPECT_NE(ids[2], ids[1]);
+	/* Its thread, as for a worker the VMM made: one of ours, "vhost-". */
+	info = (struct vhost_vring_worker_info){ .index = 1 };
+	ASSERT_EQ(0, ioctl(c->b.fd, VHOST_GET_VRING_WORKER_INFO, &info));
+	EXPECT_EQ(ids[1], info.worker_id);
+	ASSERT_LT(0, info.worker_tid);
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", getpid(), info.worker_tid);
+	if (read_str(path, comm, sizeof(comm))) {
+		/* 6.1: a kthread of the owner's, not a thread of this process. */
+		snprintf(path, sizeof(path), "/proc/%d/comm", info.worker_tid);
+		ASSERT_EQ(0, read_str(path, comm, sizeof(comm)))
+			TH_LOG("no thread %d for ring 1's worker", info.worker_tid);
+	}
+	EXPECT_EQ(0, strncmp(comm, "vhost-", 6)) TH_LOG("ring 1's worker is '%s'", comm);
+
+	EXPECT_EQ(-EBUSY, free_worker(c->b.fd, ids[1]));
+	w = (struct vhost_vring_worker){ .index = 1, .worker_id = ids[0] };
+	ASSERT_EQ(0, vmm_worker_call(c->b.fd, VHOST_ATTACH_VRING_WORKER, &w));
+	EXPECT_EQ(0, free_worker(c->b.fd, ids[1]));
+	EXPECT_EQ(-ENODEV, free_worker(c->b.fd, ids[1]));
+	EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&c->b, 1, VIRTIO_BLK_T_IN, 8, buf, 4096));
+	w = (struct vhost_vring_worker){ .index = 1 };
+	ASSERT_EQ(0, ioctl(c->b.fd, VHOST_GET_VRING_WORKER, &w));
+	EXPECT_EQ(ids[0], w.worker_id);
+}
+
+/*
  * 10. Faults injected into a ring's worker reach the requests it hands off:
  * a DISCARD, which the worker hands to the ring's work item, fails with
  * VIRTIO_BLK_S_IOERR when the worker is marked for fail_make_request
