@@ -275,7 +275,7 @@ static void map_bounce_area(void)
 static void start_vhost(void)
 {
 	struct vhost_blk_backend be = { .fd = br.backing };
-	uint64_t features, want;
+	uint64_t features, want, offered;
 	unsigned int q;
 
 	map_bounce_area();
@@ -291,8 +291,14 @@ static void start_vhost(void)
 		die("VHOST_SET_OWNER");
 	if (ioctl(br.dev, VDUSE_DEV_GET_FEATURES, &features))
 		die("VDUSE_DEV_GET_FEATURES");
-	/* Addresses are IOVAs, and our memory table maps IOVA 1:1. */
-	want = features & ~(1ULL << VIRTIO_F_ACCESS_PLATFORM);
+	/*
+	 * Addresses are IOVAs, and our memory table maps IOVA 1:1.  The bits
+	 * that only say a config field is valid (SEG_MAX, BLK_SIZE, MQ) are
+	 * ours, as a VMM's: the kernel serves the rest.
+	 */
+	if (ioctl(br.vhost, VHOST_GET_FEATURES, &offered))
+		die("VHOST_GET_FEATURES");
+	want = features & offered & ~(1ULL << VIRTIO_F_ACCESS_PLATFORM);
 	if (ioctl(br.vhost, VHOST_SET_FEATURES, &want))
 		die("VHOST_SET_FEATURES");
 	set_mem_table();

@@ -173,19 +173,29 @@ static void vhost_blk_debugfs_init(void) { }
 static void vhost_blk_debugfs_exit(void) { }
 #endif
 
+/*
+ * The feature bits vhost-blk serves: those that change what it does with a
+ * ring or a request.  Bits that only say a config space field is valid
+ * (SEG_MAX, BLK_SIZE, MQ, TOPOLOGY, SIZE_MAX, GEOMETRY, RO, CONFIG_WCE) are
+ * the VMM's: it owns the config space, offers them itself and never sends
+ * them here (VHOST_SET_FEATURES refuses them).
+ */
 static const int vhost_blk_bits[] = {
 	VHOST_FEATURES,
 	VIRTIO_F_ACCESS_PLATFORM,
-	VIRTIO_BLK_F_SEG_MAX,
-	VIRTIO_BLK_F_BLK_SIZE,
 	VIRTIO_BLK_F_FLUSH,
-	VIRTIO_BLK_F_MQ,
 	VIRTIO_BLK_F_DISCARD,
 	VIRTIO_BLK_F_WRITE_ZEROES,
 };
 
-/* All below bit 64: VHOST_GET/SET_FEATURES_ARRAY are not needed. */
+/* All below bit 64: the array form's later words are zero. */
 #define VHOST_BLK_FEATURES VHOST_FEATURES_U64(vhost_blk_bits, 0)
+/*
+ * The longest VHOST_SET/GET_FEATURES_ARRAY a caller may pass, in 64-bit
+ * words: virtio defines 128 feature bits today.  Bounds the time the
+ * kernel spends on one call.
+ */
+#define VHOST_BLK_FEATURES_ARRAY_MAX	32
 
 enum {
 	VHOST_BLK_BACKEND_FEATURES = (1ULL << VHOST_BACKEND_F_IOTLB_MSG_V2),
@@ -1566,6 +1576,16 @@ static bool vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 		break;
 	case VIRTIO_BLK_T_DISCARD:
 	case VIRTIO_BLK_T_WRITE_ZEROES:
+		/*
+		 * Only when negotiated: a VMM that did not offer them (QEMU's
+		 * discard=off) does not want a guest's request carried out.
+		 */
+		if (!vhost_has_feature(vq, type == VIRTIO_BLK_T_DISCARD ?
+				       VIRTIO_BLK_F_DISCARD :
+				       VIRTIO_BLK_F_WRITE_ZEROES)) {
+			status = VIRTIO_BLK_S_UNSUPP;
+			break;
+		}
 		if (!(file->f_mode & FMODE_WRITE) || (file->f_flags & O_APPEND))
 			goto err;
 		/*
@@ -2446,6 +2466,52 @@ static long vhost_blk_get_limits(struct vhost_blk_limits __user *argp)
 	return copy_to_user(argp, &lim, lim.size) ? -EFAULT : 0;
 }
 
+/*
+ * VHOST_GET_FEATURES_ARRAY: @argp's count words of features, the first ours,
+ * the others zeroes.
+ */
+static long vhost_blk_get_features_array(void __user *argp)
+{
+	u64 __user *words = (u64 __user *)argp + 1;
+	u64 count;
+
+	if (get_user(count, (u64 __user *)argp))
+		return -EFAULT;
+	if (count > VHOST_BLK_FEATURES_ARRAY_MAX)
+		return -EINVAL;
+	if (count && put_user(VHOST_BLK_FEATURES, words))
+		return -EFAULT;
+	if (count > 1 && clear_user(words + 1, (count - 1) * sizeof(u64)))
+		return -EFAULT;
+	return 0;
+}
+
+/*
+ * VHOST_SET_FEATURES_ARRAY: as VHOST_SET_FEATURES with the first of @argp's
+ * count words; a bit set in a later word is one vhost-blk does not offer.
+ */
+static long vhost_blk_set_features_array(struct vhost_blk *blk,
+					 void __user *argp)
+{
+	u64 __user *words = (u64 __user *)argp + 1;
+	u64 count, features = 0, word;
+	unsigned int i;
+
+	if (get_user(count, (u64 __user *)argp))
+		return -EFAULT;
+	if (count > VHOST_BLK_FEATURES_ARRAY_MAX)
+		return -EINVAL;
+	if (count && get_user(features, words))
+		return -EFAULT;
+	for (i = 1; i < count; i++) {
+		if (get_user(word, words + i))
+			return -EFAULT;
+		if (word)
+			return -EOPNOTSUPP;
+	}
+	return vhost_blk_set_features(blk, features);
+}
+
 static long vhost_blk_ioctl(struct file *f, unsigned int ioctl,
 			    unsigned long arg)
 {
@@ -2471,6 +2537,10 @@ static long vhost_blk_ioctl(struct file *f, unsigned int ioctl,
 		if (copy_from_user(&features, featurep, sizeof(features)))
 			return -EFAULT;
 		return vhost_blk_set_features(blk, features);
+	case VHOST_GET_FEATURES_ARRAY:
+		return vhost_blk_get_features_array(argp);
+	case VHOST_SET_FEATURES_ARRAY:
+		return vhost_blk_set_features_array(blk, argp);
 	case VHOST_GET_BACKEND_FEATURES:
 		features = VHOST_BLK_BACKEND_FEATURES;
 		return copy_to_user(featurep, &features, sizeof(features)) ?

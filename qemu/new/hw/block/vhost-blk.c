@@ -33,10 +33,15 @@
  *   logical block size); seg_max, num_queues and the DISCARD/WRITE_ZEROES
  *   limits (up to 16 segments a request) from VHOST_BLK_GET_LIMITS.
  *
- * - Feature bits.  The guest is offered what the kernel reports (for the
- *   bits in kernel_feature_bits) and VIRTIO_BLK_F_RO, which QEMU offers
- *   itself for read-only=on.  The kernel rejects any bit it did not report,
- *   so what is sent to it is the guest's features masked with the kernel's.
+ * - Feature bits.  The kernel serves the bits that change what it does
+ *   with a ring or a request (kernel_feature_bits: the ring's, FLUSH,
+ *   DISCARD, WRITE_ZEROES): the guest gets those the kernel reports, and
+ *   what the guest acks of them is sent to it.  The config space is
+ *   QEMU's, and so are the bits that only say a field of it is valid:
+ *   SEG_MAX, BLK_SIZE, TOPOLOGY, MQ (num-queues > 1) and RO (read-only=on)
+ *   are offered by QEMU itself and never reach the kernel, which refuses
+ *   any bit it did not report.  DISCARD and WRITE_ZEROES that the guest
+ *   did not get are refused by the kernel too (UNSUPP).
  *
  * - The lifecycle.  Realize opens the files, VHOST_SET_OWNER (in
  *   vhost_dev_init()) and VHOST_BLK_SET_SERIAL (an empty serial without
@@ -111,13 +116,11 @@
 
 /*
  * Bits the guest gets only if the kernel reports them.  Bits not listed
- * (VIRTIO_BLK_F_RO) are QEMU's own and never reach the kernel.
+ * (SEG_MAX, BLK_SIZE, TOPOLOGY, MQ, RO: config space only) are QEMU's own
+ * and never reach the kernel.
  */
 static const int kernel_feature_bits[] = {
-    VIRTIO_BLK_F_SEG_MAX,
-    VIRTIO_BLK_F_BLK_SIZE,
     VIRTIO_BLK_F_FLUSH,
-    VIRTIO_BLK_F_MQ,
     VIRTIO_BLK_F_DISCARD,
     VIRTIO_BLK_F_WRITE_ZEROES,
     VIRTIO_F_VERSION_1,
@@ -571,10 +574,10 @@ static uint64_t vhost_blk_get_features(VirtIODevice *vdev, uint64_t features,
 {
     VHostBlk *s = VHOST_BLK(vdev);
 
-    virtio_add_feature(&features, VIRTIO_BLK_F_SEG_MAX);
-    virtio_add_feature(&features, VIRTIO_BLK_F_BLK_SIZE);
     virtio_add_feature(&features, VIRTIO_BLK_F_FLUSH);
     /* Config space only: QEMU's, never sent to the kernel. */
+    virtio_add_feature(&features, VIRTIO_BLK_F_SEG_MAX);
+    virtio_add_feature(&features, VIRTIO_BLK_F_BLK_SIZE);
     virtio_add_feature(&features, VIRTIO_BLK_F_TOPOLOGY);
     if (s->num_queues > 1) {
         virtio_add_feature(&features, VIRTIO_BLK_F_MQ);

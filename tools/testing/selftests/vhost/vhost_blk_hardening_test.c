@@ -71,7 +71,8 @@
 #define TMPFS_MAGIC	0x01021994
 #endif
 
-static const uint64_t V1 = 1ULL << VIRTIO_F_VERSION_1;
+/* A modern driver, with the data-path features (DISCARD among them). */
+static const uint64_t V1 = VMM_BLK_FEATURES;
 static const uint64_t LOG_ALL = 1ULL << VHOST_F_LOG_ALL;
 static const uint64_t PLATFORM = 1ULL << VIRTIO_F_ACCESS_PLATFORM;
 

@@ -12,6 +12,15 @@
 #include "vhost_vmm.h"
 
 /*
+ * What a modern virtio-blk driver acks of the bits vhost-blk serves: the
+ * data-path ones.  DISCARD and WRITE_ZEROES requests are refused (UNSUPP)
+ * on a device that did not negotiate them.
+ */
+#define VMM_BLK_FEATURES						\
+	((1ULL << VIRTIO_F_VERSION_1) | (1ULL << VIRTIO_BLK_F_FLUSH) |	\
+	 (1ULL << VIRTIO_BLK_F_DISCARD) | (1ULL << VIRTIO_BLK_F_WRITE_ZEROES))
+
+/*
  * 64-byte aligned: alignas on the first member aligns (and pads) the whole
  * struct, as __aligned(64) on it would in the kernel.
  */

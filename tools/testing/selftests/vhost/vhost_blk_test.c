@@ -205,7 +205,7 @@ FIXTURE_SETUP(blk)
 	ASSERT_LE(0, self->check);
 	self->sectors = lseek(self->backing, 0, SEEK_END) / 512;
 	ASSERT_LT(4096, self->sectors);
-	r = vmm_blk_open(&self->b, 4, QSIZE, 1ULL << VIRTIO_F_VERSION_1, 64 << 20);
+	r = vmm_blk_open(&self->b, 4, QSIZE, VMM_BLK_FEATURES, 64 << 20);
 	ASSERT_EQ(0, r) TH_LOG("vmm_blk_open: %s", strerror(-r));
 	ASSERT_EQ(0, vmm_blk_set_backend(&self->b, self->backing));
 	self->buf = vmm_alloc(&self->b.vmm, 1 << 20, 4096);
@@ -838,7 +838,7 @@ TEST(read_only_backend)
 	ASSERT_EQ(8192, pwrite(img, before, 8192, 0));
 	ro = open(IMG, O_RDONLY);
 	ASSERT_LE(0, ro);
-	ASSERT_EQ(0, vmm_blk_open(&b, 1, 64, 1ULL << VIRTIO_F_VERSION_1, 4 << 20));
+	ASSERT_EQ(0, vmm_blk_open(&b, 1, 64, VMM_BLK_FEATURES, 4 << 20));
 	ASSERT_EQ(0, vmm_blk_set_backend(&b, ro));
 	buf = vmm_alloc(&b.vmm, 8192, 4096);
 	memset(buf, 0x11, 8192);
@@ -898,6 +898,104 @@ TEST(set_backend_errors)
 	close(img);
 	unlink(IMG);
 	close(fd);
+}
+
+/*
+ * The feature bits vhost-blk serves are the data path's; those that only
+ * say a config field is valid are the VMM's and refused.  The array form
+ * (VHOST_GET/SET_FEATURES_ARRAY) gives the same bits in word 0, zeroes in
+ * the words after it, refuses a bit set past word 0 and a count past its
+ * bound.  DISCARD and WRITE_ZEROES are refused (UNSUPP, nothing written)
+ * until negotiated, then served.
+ */
+TEST(features_served_and_dwz_refused_unless_negotiated)
+{
+	const uint64_t vmm_bits = (1ULL << VIRTIO_BLK_F_SIZE_MAX) |
+				  (1ULL << VIRTIO_BLK_F_SEG_MAX) |
+				  (1ULL << VIRTIO_BLK_F_GEOMETRY) |
+				  (1ULL << VIRTIO_BLK_F_RO) |
+				  (1ULL << VIRTIO_BLK_F_BLK_SIZE) |
+				  (1ULL << VIRTIO_BLK_F_TOPOLOGY) |
+				  (1ULL << VIRTIO_BLK_F_MQ) |
+				  (1ULL << VIRTIO_BLK_F_CONFIG_WCE);
+	const uint64_t dwz = (1ULL << VIRTIO_BLK_F_DISCARD) |
+			     (1ULL << VIRTIO_BLK_F_WRITE_ZEROES);
+	const char *why = vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK");
+	uint64_t feat, v, arr[6];
+	struct vmm_blk b;
+	char *buf;
+	int img, i;
+
+	if (why)
+		SKIP(return, "%s", why);
+	img = make_image();
+	ASSERT_LE(0, img);
+	ASSERT_EQ(0, vmm_blk_open(&b, 1, 64, 1ULL << VIRTIO_F_VERSION_1, 4 << 20));
+	ASSERT_EQ(0, ioctl(b.fd, VHOST_GET_FEATURES, &feat));
+	EXPECT_EQ(0, feat & vmm_bits) TH_LOG("config-only bits offered: %#llx",
+					     (unsigned long long)(feat & vmm_bits));
+	EXPECT_EQ(dwz | (1ULL << VIRTIO_BLK_F_FLUSH),
+		  feat & (dwz | (1ULL << VIRTIO_BLK_F_FLUSH)));
+	v = (1ULL << VIRTIO_F_VERSION_1) | (1ULL << VIRTIO_BLK_F_SEG_MAX);
+	EXPECT_EQ(-1, ioctl(b.fd, VHOST_SET_FEATURES, &v));
+	EXPECT_EQ(EOPNOTSUPP, errno);
+
+	/* The array form: three words asked for, a fourth left alone. */
+	memset(arr, 0xa5, sizeof(arr));
+	arr[0] = 3;
+	ASSERT_EQ(0, ioctl(b.fd, VHOST_GET_FEATURES_ARRAY, arr));
+	EXPECT_EQ(feat, arr[1]);
+	EXPECT_EQ(0, arr[2]);
+	EXPECT_EQ(0, arr[3]);
+	EXPECT_EQ(0xa5a5a5a5a5a5a5a5ULL, arr[4]);
+	memset(arr, 0xa5, sizeof(arr));
+	arr[0] = 0;
+	EXPECT_EQ(0, ioctl(b.fd, VHOST_GET_FEATURES_ARRAY, arr));
+	EXPECT_EQ(0xa5a5a5a5a5a5a5a5ULL, arr[1]) TH_LOG("a count of 0 wrote a word");
+	arr[0] = 33;
+	EXPECT_EQ(-1, ioctl(b.fd, VHOST_GET_FEATURES_ARRAY, arr));
+	EXPECT_EQ(EINVAL, errno);
+	arr[0] = 2;
+	arr[1] = 1ULL << VIRTIO_F_VERSION_1;
+	arr[2] = 1;		/* bit 64 */
+	EXPECT_EQ(-1, ioctl(b.fd, VHOST_SET_FEATURES_ARRAY, arr));
+	EXPECT_EQ(EOPNOTSUPP, errno);
+	arr[0] = 1;
+	arr[1] = (1ULL << VIRTIO_F_VERSION_1) | (1ULL << VIRTIO_BLK_F_MQ);
+	EXPECT_EQ(-1, ioctl(b.fd, VHOST_SET_FEATURES_ARRAY, arr));
+	EXPECT_EQ(EOPNOTSUPP, errno);
+
+	/* Without DISCARD and WRITE_ZEROES: refused, nothing zeroed. */
+	arr[0] = 2;
+	arr[1] = 1ULL << VIRTIO_F_VERSION_1;
+	arr[2] = 0;
+	ASSERT_EQ(0, ioctl(b.fd, VHOST_SET_FEATURES_ARRAY, arr));
+	ASSERT_EQ(0, vmm_blk_set_backend(&b, img));
+	buf = vmm_alloc(&b.vmm, 4096, 4096);
+	ASSERT_NE(NULL, buf);
+	fill(buf, 4096, 0, 11);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&b, 0, VIRTIO_BLK_T_OUT, 0, buf, 4096));
+	for (i = 0; i < 2; i++) {
+		ASSERT_LE(0, vmm_blk_post_dwz(&b, 0, i ? VIRTIO_BLK_T_WRITE_ZEROES :
+					      VIRTIO_BLK_T_DISCARD, 0, 8, 0, NULL));
+		vmm_vq_kick(&b.vq[0]);
+		EXPECT_EQ(VIRTIO_BLK_S_UNSUPP, vmm_blk_reap(&b, 0, NULL, NULL, 10000))
+			TH_LOG("%s served without being negotiated",
+			       i ? "WRITE_ZEROES" : "DISCARD");
+	}
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&b, 0, VIRTIO_BLK_T_IN, 0, buf, 4096));
+	EXPECT_FALSE(is_zero(buf, 4096));
+	/* Negotiated (the array form again): served. */
+	arr[1] |= dwz;
+	ASSERT_EQ(0, ioctl(b.fd, VHOST_SET_FEATURES_ARRAY, arr));
+	ASSERT_LE(0, vmm_blk_post_dwz(&b, 0, VIRTIO_BLK_T_WRITE_ZEROES, 0, 8, 0, NULL));
+	vmm_vq_kick(&b.vq[0]);
+	EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_reap(&b, 0, NULL, NULL, 10000));
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&b, 0, VIRTIO_BLK_T_IN, 0, buf, 4096));
+	EXPECT_TRUE(is_zero(buf, 4096));
+	vmm_blk_close(&b);
+	close(img);
+	unlink(IMG);
 }
 
 /*

@@ -122,9 +122,7 @@
 	 (1ULL << VIRTIO_RING_F_INDIRECT_DESC) |			\
 	 (1ULL << VIRTIO_RING_F_EVENT_IDX) |				\
 	 (1ULL << VIRTIO_F_ACCESS_PLATFORM) | (1ULL << VHOST_F_LOG_ALL) | \
-	 (1ULL << VIRTIO_BLK_F_SEG_MAX) | (1ULL << VIRTIO_BLK_F_BLK_SIZE) | \
-	 (1ULL << VIRTIO_BLK_F_FLUSH) | (1ULL << VIRTIO_BLK_F_MQ) |	\
-	 (1ULL << VIRTIO_BLK_F_DISCARD) |				\
+	 (1ULL << VIRTIO_BLK_F_FLUSH) | (1ULL << VIRTIO_BLK_F_DISCARD) | \
 	 (1ULL << VIRTIO_BLK_F_WRITE_ZEROES))
 
 /* vhost-net features that change the header the TX path hands the tap. */
@@ -2544,7 +2542,10 @@ static bool fz_blk_post(struct fuzz *f, struct fz_vq *q)
 		hdr->sector = 0;
 		len = 16;
 		if (rk == R_DWZ_SEGS) {
-			static const __u32 odd[] = { 0, 8, 15, 17, 32, 48 };
+			/* 32: two segments, the same one (the slot has room
+			 * for two); the others are no whole segments.
+			 */
+			static const __u32 odd[] = { 0, 8, 15, 17, 32, 40 };
 
 			len = odd[fz_below(f, 6)];
 			dwz[1] = dwz[0];
@@ -2692,8 +2693,17 @@ static bool fz_blk_post(struct fuzz *f, struct fz_vq *q)
 			bool wz = r.type == VIRTIO_BLK_T_WRITE_ZEROES;
 			__u32 limit = wz ? VHOST_BLK_MAX_WRITE_ZEROES_SECTORS :
 				      VHOST_BLK_MAX_DISCARD_SECTORS;
+			__u64 bit = 1ULL << (wz ? VIRTIO_BLK_F_WRITE_ZEROES :
+					     VIRTIO_BLK_F_DISCARD);
 
-			if (ro || extra != 16) {
+			/* Refused unless negotiated. */
+			if (!(f->features & bit)) {
+				allowed |= S_UNSUPP;
+				break;
+			}
+			/* Whole segments, all alike (above), up to the limit. */
+			if (ro || !extra || extra % 16 ||
+			    extra / 16 > VHOST_BLK_MAX_DISCARD_SEG) {
 				allowed |= S_IOERR;
 				break;
 			}
@@ -2964,6 +2974,14 @@ static void fz_blk_check(struct fuzz *f, struct fz_vq *q, unsigned int head,
 			q->idx, head, r->type, len, r->in_len);
 	if (relax)
 		goto done;
+	/*
+	 * The features changed since it was posted (the worker may have
+	 * taken it before or after): whether DISCARD or WRITE_ZEROES was
+	 * negotiated is not known.
+	 */
+	if ((r->type == VIRTIO_BLK_T_DISCARD ||
+	     r->type == VIRTIO_BLK_T_WRITE_ZEROES) && r->lgen != f->lgen)
+		r->allowed |= S_ANY;
 	if (!(r->allowed & BIT_S(st))) {
 		int again = fz_probe(f, q, head, r);
 		int fresh = fz_probe_fresh(f, q, head, r);
