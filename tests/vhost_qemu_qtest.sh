@@ -16,7 +16,11 @@
 #       0, the same after a device reset), multi-segment-discard (the
 #       config space offers the DISCARD and WRITE_ZEROES segments
 #       VHOST_BLK_GET_LIMITS reports, and a request of that many is
-#       served: exactly its sectors read back as zeroes).
+#       served: exactly its sectors read back as zeroes), write-cache (on
+#       a loop device: writes bring no flush while the config space's
+#       "writeback" is 1; after the driver writes 0 every write is
+#       followed by one, the kernel completing it only once stable; a
+#       reset gives writeback back).
 #
 #   VHOST_QEMU     the patched qemu-system-x86_64; qos-test is in its
 #                  build directory (tests/qtest/qos-test, built by
@@ -26,7 +30,7 @@
 set -u
 
 cases=(indirect config basic resize bad-queue-size ring-outside-ram worker-map
-	multi-segment-discard)
+	multi-segment-discard write-cache)
 qemu=${VHOST_QEMU:-}
 qos=${qemu:+$(dirname "$qemu")/tests/qtest/qos-test}
 

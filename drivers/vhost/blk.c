@@ -330,6 +330,13 @@ struct vhost_blk {
 	spinlock_t serial_lock;
 	/* GET_ID answer.  A GET_ID racing with SET_SERIAL sees either one. */
 	u8 serial[VHOST_BLK_SERIAL_LEN];
+	/*
+	 * The guest's write cache mode (VHOST_BLK_SET_WRITEBACK): false makes
+	 * every write stable before it completes.  Written under dev.mutex
+	 * (WRITE_ONCE), read by the handlers (READ_ONCE): a write submitted
+	 * while it changes takes either mode, as on a real disk.
+	 */
+	bool writeback;
 };
 
 /* A request slot; owned by its ring, in use from submit to return. */
@@ -352,6 +359,11 @@ struct vhost_blk_req {
 	 * [pos, pos + len) of file is invalidated before it is returned.
 	 */
 	bool invalidate;
+	/*
+	 * An OUT or WRITE_ZEROES that must be stable when it completes: the
+	 * device is writethrough (vhost_blk_writethrough()).
+	 */
+	bool fua;
 	struct file *file;
 	loff_t pos;
 	/* For slow_work: what it serves, and how (see vhost_blk_defer()). */
@@ -420,6 +432,7 @@ static struct vhost_blk_req *vhost_blk_req_get(struct vhost_blk_vq *bvq,
 	WRITE_ONCE(bvq->inflight, bvq->inflight + 1);
 	req->segs = NULL;
 	req->invalidate = false;
+	req->fua = false;
 	req->data_written = 0;
 	req->is_read = false;
 	return req;
@@ -982,6 +995,9 @@ static u8 vhost_blk_discard_zeroes(struct vhost_blk_req *req)
 			r = vhost_blk_write_zeroes(req->file, pos, len,
 						   le32_to_cpu(seg->flags) &
 						   VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP);
+		/* Writethrough: the zeroes are stable before it completes. */
+		if (!r && req->fua)
+			r = vfs_fsync_range(req->file, pos, pos + len - 1, 1);
 		if (r)
 			return VIRTIO_BLK_S_IOERR;
 	}
@@ -1063,6 +1079,8 @@ static bool vhost_blk_bio_rw(struct vhost_blk_req *req, struct file *file,
 		if (bdev_read_only(bdev) || IS_SWAPFILE(mapping->host))
 			return false;
 		opf = REQ_OP_WRITE | REQ_SYNC | REQ_IDLE;
+		if (req->fua)
+			opf |= REQ_FUA;
 	}
 	/* The kiocb path's checks: LSM, fanotify permission events. */
 	if (rw_verify_area(req->is_read ? READ : WRITE, file, &pos,
@@ -1391,6 +1409,13 @@ static void vhost_blk_rw(struct vhost_blk_req *req, struct file *file,
 	req->iocb.ki_pos = pos;
 	if (req->iocb.ki_flags & IOCB_DIRECT)
 		req->iocb.ki_complete = vhost_blk_rw_complete;
+	/*
+	 * Writethrough: direct I/O goes out with FUA (or a flush after it),
+	 * page-cache I/O is synced before it completes (generic_write_sync()),
+	 * in slow_work: vhost_blk_nowait_ok() refuses a dsync write.
+	 */
+	if (req->fua)
+		req->iocb.ki_flags |= IOCB_DSYNC;
 	if (!req->is_read) {
 		/*
 		 * vhost_blk_submit() took freeze protection; the completion,
@@ -1470,6 +1495,19 @@ static void vhost_blk_write_unlock(struct file *file)
  * False when the request writes to a frozen filesystem: it is put back on
  * the ring, for later.
  */
+/*
+ * Whether @bvq's writes must be stable when they complete: the VMM set the
+ * device writethrough (the guest cleared virtio-blk's "writeback"), or the
+ * guest did not negotiate FLUSH, so has no way to make a write stable but
+ * this (virtio-blk's rule, as QEMU's virtio-blk applies it).  Under
+ * vq.mutex.
+ */
+static bool vhost_blk_writethrough(struct vhost_blk_vq *bvq)
+{
+	return !vhost_has_feature(&bvq->vq, VIRTIO_BLK_F_FLUSH) ||
+	       !READ_ONCE(vhost_blk_of(&bvq->vq)->writeback);
+}
+
 static bool vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 			     int head, unsigned int out, unsigned int in,
 			     unsigned int log_num)
@@ -1559,6 +1597,7 @@ static bool vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 			goto err;
 		if (!vhost_blk_write_trylock(file))
 			goto frozen;
+		req->fua = vhost_blk_writethrough(bvq);
 		vhost_blk_rw(req, file, &from, sector << VHOST_BLK_SECTOR_SHIFT);
 		return true;
 	case VIRTIO_BLK_T_FLUSH:
@@ -1602,6 +1641,8 @@ static bool vhost_blk_submit(struct vhost_blk_vq *bvq, struct file *file,
 					    type == VIRTIO_BLK_T_DISCARD);
 		if (status != VIRTIO_BLK_S_OK)
 			break;
+		req->fua = type == VIRTIO_BLK_T_WRITE_ZEROES &&
+			   vhost_blk_writethrough(bvq);
 		vhost_blk_defer(bvq, req, file, type);
 		return true;
 	default:
@@ -2181,6 +2222,24 @@ static long vhost_blk_set_serial(struct vhost_blk *blk,
 	return ret;
 }
 
+/* VHOST_BLK_SET_WRITEBACK: the guest's write cache mode, 1 or 0. */
+static long vhost_blk_set_writeback(struct vhost_blk *blk, u32 __user *argp)
+{
+	u32 v;
+	long ret;
+
+	if (get_user(v, argp))
+		return -EFAULT;
+	if (v > 1)
+		return -EINVAL;
+	mutex_lock(&blk->dev.mutex);
+	ret = vhost_dev_check_owner(&blk->dev);
+	if (!ret)
+		WRITE_ONCE(blk->writeback, v);
+	mutex_unlock(&blk->dev.mutex);
+	return ret;
+}
+
 static int vhost_blk_set_features(struct vhost_blk *blk, u64 features)
 {
 	const u64 quiesce_bits = (1ULL << VHOST_F_LOG_ALL) |
@@ -2300,6 +2359,7 @@ static long vhost_blk_reset_owner(struct vhost_blk *blk)
 	vhost_blk_swap_backend(blk, NULL, NULL);
 	vhost_blk_reset_policy(blk);
 	vhost_blk_reset_rings(blk);
+	WRITE_ONCE(blk->writeback, true);
 	vhost_blk_resume(blk);
 out:
 	mutex_unlock(&blk->dev.mutex);
@@ -2529,6 +2589,8 @@ static long vhost_blk_ioctl(struct file *f, unsigned int ioctl,
 		return vhost_blk_set_serial(blk, argp);
 	case VHOST_BLK_GET_LIMITS:
 		return vhost_blk_get_limits(argp);
+	case VHOST_BLK_SET_WRITEBACK:
+		return vhost_blk_set_writeback(blk, argp);
 	case VHOST_GET_FEATURES:
 		features = VHOST_BLK_FEATURES;
 		return copy_to_user(featurep, &features, sizeof(features)) ?
@@ -2604,6 +2666,7 @@ static int vhost_blk_open(struct inode *inode, struct file *f)
 	init_waitqueue_head(&blk->drain_wq);
 	spin_lock_init(&blk->serial_lock);
 	strscpy(blk->serial, "vhost-blk", sizeof(blk->serial));
+	blk->writeback = true;
 	vhost_blk_reset_policy(blk);
 	vhost_dev_init(&blk->dev, vqs, VHOST_BLK_MAX_QUEUES, UIO_MAXIOV,
 		       VHOST_BLK_WEIGHT, 0, true, vhost_blk_iotlb_msg);

@@ -38,10 +38,20 @@
  *   DISCARD, WRITE_ZEROES): the guest gets those the kernel reports, and
  *   what the guest acks of them is sent to it.  The config space is
  *   QEMU's, and so are the bits that only say a field of it is valid:
- *   SEG_MAX, BLK_SIZE, TOPOLOGY, MQ (num-queues > 1) and RO (read-only=on)
- *   are offered by QEMU itself and never reach the kernel, which refuses
- *   any bit it did not report.  DISCARD and WRITE_ZEROES that the guest
- *   did not get are refused by the kernel too (UNSUPP).
+ *   SEG_MAX, BLK_SIZE, TOPOLOGY, MQ (num-queues > 1), RO (read-only=on)
+ *   and CONFIG_WCE (config-wce=on, the default, where the kernel has
+ *   VHOST_BLK_SET_WRITEBACK) are offered by QEMU itself and never reach
+ *   the kernel, which refuses any bit it did not report.  DISCARD and
+ *   WRITE_ZEROES that the guest did not get are refused by the kernel too
+ *   (UNSUPP).
+ *
+ * - Write cache.  The node's cache.writeback is the device's mode after a
+ *   reset; a guest with CONFIG_WCE changes it through the config space.
+ *   The mode in force is the BlockBackend's, sent to the kernel at each
+ *   start and at each change (VHOST_BLK_SET_WRITEBACK): writethrough makes
+ *   the kernel complete a write only once it is stable (FUA or a sync).  A
+ *   guest without FLUSH gets writethrough from the kernel itself.  The
+ *   mode a guest chose migrates (subsection vhost-blk/wce).
  *
  * - The lifecycle.  Realize opens the files, VHOST_SET_OWNER (in
  *   vhost_dev_init()) and VHOST_BLK_SET_SERIAL (an empty serial without
@@ -321,6 +331,20 @@ static void vhost_blk_unblock_node_ops(VHostBlk *s)
     }
 }
 
+/*
+ * Tell the kernel the write cache mode in force: writethrough makes it
+ * complete a write only once it is stable.
+ */
+static int vhost_blk_push_wce(VHostBlk *s)
+{
+    uint32_t wb = blk_enable_write_cache(s->conf.blk);
+
+    if (s->wce_unsupported) {
+        return 0;
+    }
+    return ioctl(s->vhost_fd, VHOST_BLK_SET_WRITEBACK, &wb) < 0 ? -errno : 0;
+}
+
 static int vhost_blk_start(VirtIODevice *vdev, Error **errp)
 {
     VHostBlk *s = VHOST_BLK(vdev);
@@ -368,6 +392,12 @@ static int vhost_blk_start(VirtIODevice *vdev, Error **errp)
 
     ret = vhost_blk_unbind_unused_rings(s, errp);
     if (ret < 0) {
+        goto err_vhost;
+    }
+
+    ret = vhost_blk_push_wce(s);
+    if (ret < 0) {
+        error_setg_errno(errp, -ret, "VHOST_BLK_SET_WRITEBACK failed");
         goto err_vhost;
     }
 
@@ -576,6 +606,9 @@ static uint64_t vhost_blk_get_features(VirtIODevice *vdev, uint64_t features,
 
     virtio_add_feature(&features, VIRTIO_BLK_F_FLUSH);
     /* Config space only: QEMU's, never sent to the kernel. */
+    if (s->wce_unsupported) {
+        virtio_clear_feature(&features, VIRTIO_BLK_F_CONFIG_WCE);
+    }
     virtio_add_feature(&features, VIRTIO_BLK_F_SEG_MAX);
     virtio_add_feature(&features, VIRTIO_BLK_F_BLK_SIZE);
     virtio_add_feature(&features, VIRTIO_BLK_F_TOPOLOGY);
@@ -623,8 +656,40 @@ static void vhost_blk_get_config(VirtIODevice *vdev, uint8_t *config)
     virtio_stl_p(vdev, &blkcfg.max_write_zeroes_seg,
                  s->limits.max_write_zeroes_seg);
     blkcfg.write_zeroes_may_unmap = 1;
+    blkcfg.wce = blk_enable_write_cache(s->conf.blk);
 
     memcpy(config, &blkcfg, MIN(vdev->config_len, sizeof(blkcfg)));
+}
+
+/*
+ * The guest writes the config space's "writeback" (CONFIG_WCE): the new
+ * mode takes effect in the kernel at once, for the writes it takes next.
+ */
+static void vhost_blk_set_config(VirtIODevice *vdev, const uint8_t *config)
+{
+    VHostBlk *s = VHOST_BLK(vdev);
+    struct virtio_blk_config blkcfg;
+    int ret;
+
+    memcpy(&blkcfg, config, MIN(vdev->config_len, sizeof(blkcfg)));
+    if (!virtio_vdev_has_feature(vdev, VIRTIO_BLK_F_CONFIG_WCE) ||
+        !blkcfg.wce == !blk_enable_write_cache(s->conf.blk)) {
+        return;
+    }
+    blk_set_enable_write_cache(s->conf.blk, blkcfg.wce != 0);
+    ret = vhost_blk_push_wce(s);
+    if (ret < 0) {
+        error_report("vhost-blk: VHOST_BLK_SET_WRITEBACK failed: %s",
+                     strerror(-ret));
+    }
+}
+
+/* A device reset: the node's own write cache mode again. */
+static void vhost_blk_reset(VirtIODevice *vdev)
+{
+    VHostBlk *s = VHOST_BLK(vdev);
+
+    blk_set_enable_write_cache(s->conf.blk, s->original_wce);
 }
 
 /* block_resize: virtio_notify_config() wants the main loop (and the BQL). */
@@ -869,6 +934,14 @@ static void vhost_blk_device_realize(DeviceState *dev, Error **errp)
         error_setg_errno(errp, -ret, "VHOST_BLK_SET_SERIAL failed");
         goto err_vhost;
     }
+    s->original_wce = blk_enable_write_cache(s->conf.blk);
+    ret = vhost_blk_push_wce(s);
+    if (ret == -ENOTTY) {
+        s->wce_unsupported = true;
+    } else if (ret < 0) {
+        error_setg_errno(errp, -ret, "VHOST_BLK_SET_WRITEBACK failed");
+        goto err_vhost;
+    }
 
     error_setg(&s->op_blocker, "node '%s' is served by vhost-blk, whose "
                "I/O the block layer does not see",
@@ -933,6 +1006,46 @@ static int vhost_blk_pre_save(void *opaque)
     return 0;
 }
 
+/*
+ * The write cache mode a guest chose (CONFIG_WCE) goes with it; the
+ * destination's start sends it to its kernel.
+ */
+static bool vhost_blk_wce_needed(void *opaque)
+{
+    VHostBlk *s = opaque;
+
+    return blk_enable_write_cache(s->conf.blk) != s->original_wce;
+}
+
+static int vhost_blk_wce_pre_save(void *opaque)
+{
+    VHostBlk *s = opaque;
+
+    s->migrated_wce = blk_enable_write_cache(s->conf.blk);
+    return 0;
+}
+
+static int vhost_blk_wce_post_load(void *opaque, int version_id)
+{
+    VHostBlk *s = opaque;
+
+    blk_set_enable_write_cache(s->conf.blk, s->migrated_wce);
+    return 0;
+}
+
+static const VMStateDescription vmstate_vhost_blk_wce = {
+    .name = "vhost-blk/wce",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .needed = vhost_blk_wce_needed,
+    .pre_save = vhost_blk_wce_pre_save,
+    .post_load = vhost_blk_wce_post_load,
+    .fields = (const VMStateField[]) {
+        VMSTATE_BOOL(migrated_wce, VHostBlk),
+        VMSTATE_END_OF_LIST()
+    },
+};
+
 static const VMStateDescription vmstate_vhost_blk = {
     .name = "vhost-blk",
     .minimum_version_id = 1,
@@ -941,6 +1054,10 @@ static const VMStateDescription vmstate_vhost_blk = {
     .fields = (const VMStateField[]) {
         VMSTATE_VIRTIO_DEVICE,
         VMSTATE_END_OF_LIST()
+    },
+    .subsections = (const VMStateDescription * const []) {
+        &vmstate_vhost_blk_wce,
+        NULL
     },
 };
 
@@ -958,6 +1075,8 @@ static const Property vhost_blk_properties[] = {
                       VIRTIO_BLK_F_DISCARD, true),
     DEFINE_PROP_BIT64("write-zeroes", VHostBlk, parent_obj.host_features,
                       VIRTIO_BLK_F_WRITE_ZEROES, true),
+    DEFINE_PROP_BIT64("config-wce", VHostBlk, parent_obj.host_features,
+                      VIRTIO_BLK_F_CONFIG_WCE, true),
 };
 
 static void vhost_blk_class_init(ObjectClass *klass, void *data)
@@ -971,6 +1090,8 @@ static void vhost_blk_class_init(ObjectClass *klass, void *data)
     vdc->realize = vhost_blk_device_realize;
     vdc->unrealize = vhost_blk_device_unrealize;
     vdc->get_config = vhost_blk_get_config;
+    vdc->set_config = vhost_blk_set_config;
+    vdc->reset = vhost_blk_reset;
     vdc->get_features = vhost_blk_get_features;
     vdc->set_status = vhost_blk_set_status;
     vdc->get_vhost = vhost_blk_get_vhost;

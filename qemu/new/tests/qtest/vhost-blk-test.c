@@ -10,6 +10,7 @@
 
 #include "qemu/osdep.h"
 #include <sys/ioctl.h>
+#include <linux/loop.h>
 #include <linux/vhost.h>
 #include "libqtest-single.h"
 #include "qemu/bswap.h"
@@ -25,6 +26,9 @@
 
 #define IMAGE_SIZE (1024 * 1024)
 #define TIMEOUT_US (30 * 1000 * 1000)
+
+/* write-cache's loop device (vhost_blk_test_setup_loop()). */
+static char *loop_path;
 
 static void image_remove(void *path)
 {
@@ -354,8 +358,108 @@ static void multi_segment_discard(void *obj, void *data,
     qvirtqueue_cleanup(dev->bus, vq, alloc);
 }
 
+/* A loop device over a new image, behind drive0: its flushes are counted. */
+static void *vhost_blk_test_setup_loop(GString *cmd_line, void *arg)
+{
+    struct loop_info64 info = { .lo_flags = LO_FLAGS_AUTOCLEAR };
+    char *path = NULL;
+    int fd = g_file_open_tmp("vhost-blk-qtest.XXXXXX", &path, NULL);
+    int ctl, n, lfd;
+
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(ftruncate(fd, IMAGE_SIZE), ==, 0);
+    unlink(path);
+    g_free(path);
+    ctl = open("/dev/loop-control", O_RDWR);
+    g_assert_cmpint(ctl, >=, 0);
+    n = ioctl(ctl, LOOP_CTL_GET_FREE);
+    close(ctl);
+    g_assert_cmpint(n, >=, 0);
+    loop_path = g_strdup_printf("/dev/loop%d", n);
+    lfd = open(loop_path, O_RDWR);
+    g_assert_cmpint(lfd, >=, 0);
+    g_assert_cmpint(ioctl(lfd, LOOP_SET_FD, fd), ==, 0);
+    /* Gone when QEMU, its last user, closes it. */
+    g_assert_cmpint(ioctl(lfd, LOOP_SET_STATUS64, &info), ==, 0);
+    close(lfd);
+    close(fd);
+    g_string_append_printf(cmd_line, " -drive if=none,id=drive0,file=%s,"
+                           "format=raw,auto-read-only=off ", loop_path);
+    return arg;
+}
+
+/* Flush requests the loop device completed (field 16 of its stat). */
+static long loop_flushes(void)
+{
+    g_autofree char *stat = g_strdup_printf("/sys/block/%s/stat",
+                                            loop_path + strlen("/dev/"));
+    g_autofree char *text = NULL;
+    char *p, *end;
+    long v = -1;
+    int i;
+
+    g_assert(g_file_get_contents(stat, &text, NULL, NULL));
+    for (i = 0, p = text; i < 16; i++, p = end) {
+        v = strtol(p, &end, 10);
+        g_assert(end != p);
+    }
+    return v;
+}
+
+/*
+ * The guest's write cache mode reaches the kernel: the config space's
+ * "writeback" reads 1 (the node's cache.writeback), and writes then reach
+ * the loop device with no flush; the guest writes 0 (CONFIG_WCE), and
+ * each write is then followed by a flush (the kernel completes it only
+ * once stable); a reset gives the node's mode back.
+ */
+static void write_cache(void *obj, void *data, QGuestAllocator *alloc)
+{
+    QVirtioBlkPCI *blk = obj;
+    QVirtioPCIDevice *pdev = &blk->pci_vdev;
+    QVirtioDevice *dev = blk->blk.vdev;
+    size_t wce = offsetof(struct virtio_blk_config, wce);
+    char buf[512] = "vhost-blk";
+    QVirtQueue *vq;
+    long f0;
+    int i;
+
+    setup_features(dev);
+    g_assert(qvirtio_get_features(dev) & (1ull << VIRTIO_BLK_F_CONFIG_WCE));
+    g_assert_cmpint(qvirtio_config_readb(dev, wce), ==, 1);
+    vq = qvirtqueue_setup(dev, alloc, 0);
+    qvirtio_set_driver_ok(dev);
+
+    f0 = loop_flushes();
+    for (i = 0; i < 4; i++) {
+        g_assert_cmpint(do_request(dev, alloc, vq, VIRTIO_BLK_T_OUT, i, buf),
+                        ==, VIRTIO_BLK_S_OK);
+    }
+    g_assert_cmpint(loop_flushes(), ==, f0);
+
+    qpci_io_writeb(pdev->pdev, pdev->bar, pdev->device_cfg_offset + wce, 0);
+    g_assert_cmpint(qvirtio_config_readb(dev, wce), ==, 0);
+    f0 = loop_flushes();
+    for (i = 0; i < 4; i++) {
+        g_assert_cmpint(do_request(dev, alloc, vq, VIRTIO_BLK_T_OUT, i, buf),
+                        ==, VIRTIO_BLK_S_OK);
+    }
+    g_assert_cmpint(loop_flushes(), >=, f0 + 4);
+
+    vq = reset_and_start(dev, alloc, vq);
+    g_assert_cmpint(qvirtio_config_readb(dev, wce), ==, 1);
+    f0 = loop_flushes();
+    g_assert_cmpint(do_request(dev, alloc, vq, VIRTIO_BLK_T_OUT, 0, buf),
+                    ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpint(loop_flushes(), ==, f0);
+    qvirtqueue_cleanup(dev->bus, vq, alloc);
+}
+
 static void register_vhost_blk_test(void)
 {
+    QOSGraphTestOptions loop_opts = {
+        .before = vhost_blk_test_setup_loop,
+    };
     QOSGraphTestOptions opts = {
         .before = vhost_blk_test_setup,
     };
@@ -366,6 +470,7 @@ static void register_vhost_blk_test(void)
     qos_add_test("worker-map", "vhost-blk-pci", worker_map, &opts);
     qos_add_test("multi-segment-discard", "vhost-blk-pci",
                  multi_segment_discard, &opts);
+    qos_add_test("write-cache", "vhost-blk-pci", write_cache, &loop_opts);
 }
 
 libqos_init(register_vhost_blk_test);

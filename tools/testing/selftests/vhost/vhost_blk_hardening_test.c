@@ -2580,6 +2580,8 @@ TEST_F_TIMEOUT(hard, non_owner_gets_eperm_from_every_ioctl, 30)
 	struct vhost_blk_backend be = { .fd = -1 };
 	struct vhost_blk_serial serial = { .serial = "x" };
 	uint64_t features = V1, bf = 1ULL << VHOST_BACKEND_F_IOTLB_MSG_V2, logbase = 0;
+	uint64_t farr[2] = { 1, V1 };
+	uint32_t wb = 0;
 	struct {
 		struct vhost_memory m;
 		struct vhost_memory_region r;
@@ -2608,6 +2610,8 @@ TEST_F_TIMEOUT(hard, non_owner_gets_eperm_from_every_ioctl, 30)
 		{ "SET_VRING_WORKER", VHOST_SET_VRING_WORKER, &vw },
 		{ "VHOST_BLK_SET_BACKEND", VHOST_BLK_SET_BACKEND, &be },
 		{ "VHOST_BLK_SET_SERIAL", VHOST_BLK_SET_SERIAL, &serial },
+		{ "VHOST_BLK_SET_WRITEBACK", VHOST_BLK_SET_WRITEBACK, &wb },
+		{ "SET_FEATURES_ARRAY", VHOST_SET_FEATURES_ARRAY, farr },
 		{ "RESET_OWNER", VHOST_RESET_OWNER, NULL },
 	};
 	struct ctx *c = &self->c;

@@ -998,6 +998,127 @@ TEST(features_served_and_dwz_refused_unless_negotiated)
 	unlink(IMG);
 }
 
+/* Flush requests block device @path completed (field 16 of its stat). */
+static long flushes_of(const char *path)
+{
+	char stat[64], buf[512], *p = buf, *end;
+	long v = -1;
+	FILE *f;
+	int i;
+
+	snprintf(stat, sizeof(stat), "/sys/block/%s/stat", strrchr(path, '/') + 1);
+	f = fopen(stat, "r");
+	if (!f)
+		return -1;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = 0;
+	fclose(f);
+	for (i = 0; i < 16; i++, p = end) {
+		v = strtol(p, &end, 10);
+		if (end == p)
+			return -1;
+	}
+	return v;
+}
+
+/* @n 4 KiB writes (or one WRITE_ZEROES of @n * 8 sectors) on ring 0. */
+static int writes(struct vmm_blk *b, void *buf, int n, bool zeroes)
+{
+	int i, st;
+
+	if (zeroes) {
+		if (vmm_blk_post_dwz(b, 0, VIRTIO_BLK_T_WRITE_ZEROES, 0, n * 8, 0, NULL) < 0)
+			return -1;
+		vmm_vq_kick(&b->vq[0]);
+		return vmm_blk_reap(b, 0, NULL, NULL, 10000);
+	}
+	for (i = 0; i < n; i++) {
+		st = vmm_blk_do(b, 0, VIRTIO_BLK_T_OUT, i * 8, buf, 4096);
+		if (st)
+			return st;
+	}
+	return 0;
+}
+
+/*
+ * Writethrough (VHOST_BLK_SET_WRITEBACK 0, or a guest that did not
+ * negotiate FLUSH): a write is stable before it completes; writeback (the
+ * default) leaves that to FLUSH.  Seen on a loop device, which has a
+ * volatile cache and no FUA: each stable write is followed by a flush
+ * request, which it counts (/sys/block/loopN/stat).  Through the bio path
+ * (O_DIRECT) and the page cache's (buffered) alike, and for WRITE_ZEROES.
+ */
+TEST(writethrough_makes_every_write_stable)
+{
+	const char *why = vhost_unusable("/dev/vhost-blk", "CONFIG_VHOST_BLK");
+	uint32_t wb;
+	struct vmm_blk b;
+	char loop[32];
+	int img, fd, direct, z;
+	long f0;
+	void *buf;
+
+	if (why)
+		SKIP(return, "%s", why);
+	img = make_image();
+	ASSERT_LE(0, img);
+	if (make_loop(img, loop, sizeof(loop))) {
+		close(img);
+		unlink(IMG);
+		SKIP(return, "no loop device (CONFIG_BLK_DEV_LOOP)");
+	}
+	ASSERT_LE(0, flushes_of(loop)) TH_LOG("no flush count in %s's stat", loop);
+	for (direct = 0; direct < 2; direct++) {
+		fd = open(loop, O_RDWR | (direct ? O_DIRECT : 0));
+		ASSERT_LE(0, fd);
+		ASSERT_EQ(0, vmm_blk_open(&b, 1, 64, VMM_BLK_FEATURES, 4 << 20));
+		ASSERT_EQ(0, vmm_blk_set_backend(&b, fd));
+		buf = vmm_alloc(&b.vmm, 4096, 4096);
+		ASSERT_NE(NULL, buf);
+		fill(buf, 4096, 0, 13);
+		wb = 2;
+		EXPECT_EQ(-1, ioctl(b.fd, VHOST_BLK_SET_WRITEBACK, &wb));
+		EXPECT_EQ(EINVAL, errno);
+		for (z = 0; z < 2; z++) {
+			/* Writeback: no flush until the guest asks. */
+			f0 = flushes_of(loop);
+			ASSERT_EQ(0, writes(&b, buf, 4, z));
+			EXPECT_EQ(f0, flushes_of(loop))
+				TH_LOG("%s, writeback: %s flushed", direct ? "direct" : "buffered",
+				       z ? "WRITE_ZEROES" : "writes");
+			ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&b, 0, VIRTIO_BLK_T_FLUSH, 0, NULL, 0));
+			EXPECT_LT(f0, flushes_of(loop)) TH_LOG("FLUSH did not reach the loop device");
+			/* Writethrough: every one stable. */
+			wb = 0;
+			ASSERT_EQ(0, ioctl(b.fd, VHOST_BLK_SET_WRITEBACK, &wb));
+			f0 = flushes_of(loop);
+			ASSERT_EQ(0, writes(&b, buf, 4, z));
+			EXPECT_LE(f0 + (z ? 1 : 4), flushes_of(loop))
+				TH_LOG("%s, writethrough: %ld flushes for %s", direct ? "direct" : "buffered",
+				       flushes_of(loop) - f0, z ? "a WRITE_ZEROES" : "4 writes");
+			wb = 1;
+			ASSERT_EQ(0, ioctl(b.fd, VHOST_BLK_SET_WRITEBACK, &wb));
+		}
+		vmm_blk_close(&b);
+		/* A guest without FLUSH: writethrough, whatever the VMM set. */
+		ASSERT_EQ(0, vmm_blk_open(&b, 1, 64, 1ULL << VIRTIO_F_VERSION_1, 4 << 20));
+		ASSERT_EQ(0, vmm_blk_set_backend(&b, fd));
+		buf = vmm_alloc(&b.vmm, 4096, 4096);
+		ASSERT_NE(NULL, buf);
+		fill(buf, 4096, 0, 14);
+		f0 = flushes_of(loop);
+		ASSERT_EQ(0, writes(&b, buf, 4, false));
+		EXPECT_LE(f0 + 4, flushes_of(loop))
+			TH_LOG("%s, no FLUSH negotiated: %ld flushes for 4 writes",
+			       direct ? "direct" : "buffered", flushes_of(loop) - f0);
+		vmm_blk_close(&b);
+		close(fd);
+	}
+	drop_loop(loop);
+	close(img);
+	unlink(IMG);
+}
+
 /*
  * VHOST_BLK_GET_LIMITS: size-prefixed, no owner needed, and the limits it
  * reports are those the device enforces: its last ring takes a busy-poll

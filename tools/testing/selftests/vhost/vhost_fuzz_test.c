@@ -2168,6 +2168,8 @@ static void fz_op_bad_pointer(struct fuzz *f)
 		VHOST_GET_VRING_WORKER, VHOST_SET_VRING_WORKER, VHOST_SET_LOG_BASE,
 		VHOST_GET_BACKEND_FEATURES, VHOST_BLK_SET_BACKEND,
 		VHOST_BLK_SET_SERIAL, VHOST_BLK_GET_LIMITS, VHOST_NET_SET_BACKEND,
+		VHOST_BLK_SET_WRITEBACK, VHOST_GET_FEATURES_ARRAY,
+		VHOST_SET_FEATURES_ARRAY,
 	};
 	unsigned long req = reqs[fz_below(f, ARRAY_SIZE(reqs))];
 	void *p;
@@ -2323,6 +2325,16 @@ static void fz_op_blk_serial(struct fuzz *f)
 	memcpy(f->serial_old, f->serial, sizeof(f->serial));
 	memcpy(f->serial, s.serial, sizeof(f->serial));
 	f->sgen++;
+	/*
+	 * The write cache mode too, now and then: writethrough changes no
+	 * status and no data, only when a write is stable.
+	 */
+	if (fz_chance(f, 50)) {
+		__u32 wb = fz_chance(f, 10) ? 2 + fz_below(f, 100) : fz_below(f, 2);
+
+		err = fz_ioctl(f, VHOST_BLK_SET_WRITEBACK, &wb);
+		FZ_WANT(f, "BLK_SET_WRITEBACK", err, wb > 1 ? EINVAL : 0);
+	}
 }
 
 static void fz_op_blk_pool(struct fuzz *f)

@@ -70,6 +70,19 @@ struct VHostBlk {
     /* What the kernel enforces (VHOST_BLK_GET_LIMITS), read at realize. */
     struct vhost_blk_limits limits;
 
+    /*
+     * The write cache mode the node was opened with (cache.writeback):
+     * the guest's after a reset, until it sets another through the
+     * config space's "writeback" (VIRTIO_BLK_F_CONFIG_WCE).  The mode in
+     * force is the BlockBackend's (blk_enable_write_cache()), sent to the
+     * kernel (VHOST_BLK_SET_WRITEBACK) at each start and each change.
+     */
+    bool original_wce;
+    /* The kernel has no VHOST_BLK_SET_WRITEBACK: no CONFIG_WCE offered. */
+    bool wce_unsupported;
+    /* The mode in force, as migrated (vmstate_vhost_blk_wce). */
+    bool migrated_wce;
+
     struct vhost_dev dev;
     struct vhost_virtqueue *vhost_vqs;
     VirtQueue **virtqs;
