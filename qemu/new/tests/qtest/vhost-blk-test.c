@@ -358,18 +358,29 @@ static void multi_segment_discard(void *obj, void *data,
     qvirtqueue_cleanup(dev->bus, vq, alloc);
 }
 
+/* Detach write-cache's loop device and remove its image. */
+static void loop_remove(void *path)
+{
+    int fd = open(loop_path, O_RDWR);
+
+    if (fd >= 0) {
+        ioctl(fd, LOOP_CLR_FD, 0);
+        close(fd);
+    }
+    g_free(loop_path);
+    loop_path = NULL;
+    image_remove(path);
+}
+
 /* A loop device over a new image, behind drive0: its flushes are counted. */
 static void *vhost_blk_test_setup_loop(GString *cmd_line, void *arg)
 {
-    struct loop_info64 info = { .lo_flags = LO_FLAGS_AUTOCLEAR };
     char *path = NULL;
     int fd = g_file_open_tmp("vhost-blk-qtest.XXXXXX", &path, NULL);
     int ctl, n, lfd;
 
     g_assert_cmpint(fd, >=, 0);
     g_assert_cmpint(ftruncate(fd, IMAGE_SIZE), ==, 0);
-    unlink(path);
-    g_free(path);
     ctl = open("/dev/loop-control", O_RDWR);
     g_assert_cmpint(ctl, >=, 0);
     n = ioctl(ctl, LOOP_CTL_GET_FREE);
@@ -379,10 +390,9 @@ static void *vhost_blk_test_setup_loop(GString *cmd_line, void *arg)
     lfd = open(loop_path, O_RDWR);
     g_assert_cmpint(lfd, >=, 0);
     g_assert_cmpint(ioctl(lfd, LOOP_SET_FD, fd), ==, 0);
-    /* Gone when QEMU, its last user, closes it. */
-    g_assert_cmpint(ioctl(lfd, LOOP_SET_STATUS64, &info), ==, 0);
     close(lfd);
     close(fd);
+    g_test_queue_destroy(loop_remove, path);
     g_string_append_printf(cmd_line, " -drive if=none,id=drive0,file=%s,"
                            "format=raw,auto-read-only=off ", loop_path);
     return arg;
