@@ -1086,16 +1086,19 @@ TEST(writethrough_makes_every_write_stable)
 			EXPECT_EQ(f0, flushes_of(loop))
 				TH_LOG("%s, writeback: %s flushed", direct ? "direct" : "buffered",
 				       z ? "WRITE_ZEROES" : "writes");
-			ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&b, 0, VIRTIO_BLK_T_FLUSH, 0, NULL, 0));
-			EXPECT_LT(f0, flushes_of(loop)) TH_LOG("FLUSH did not reach the loop device");
+			ASSERT_EQ(VIRTIO_BLK_S_OK,
+				  vmm_blk_do(&b, 0, VIRTIO_BLK_T_FLUSH, 0, NULL, 0));
+			EXPECT_LT(f0, flushes_of(loop))
+				TH_LOG("FLUSH did not reach the loop device");
 			/* Writethrough: every one stable. */
 			wb = 0;
 			ASSERT_EQ(0, ioctl(b.fd, VHOST_BLK_SET_WRITEBACK, &wb));
 			f0 = flushes_of(loop);
 			ASSERT_EQ(0, writes(&b, buf, 4, z));
 			EXPECT_LE(f0 + (z ? 1 : 4), flushes_of(loop))
-				TH_LOG("%s, writethrough: %ld flushes for %s", direct ? "direct" : "buffered",
-				       flushes_of(loop) - f0, z ? "a WRITE_ZEROES" : "4 writes");
+				TH_LOG("%s, writethrough: %ld flushes for %s",
+				       direct ? "direct" : "buffered", flushes_of(loop) - f0,
+				       z ? "a WRITE_ZEROES" : "4 writes");
 			wb = 1;
 			ASSERT_EQ(0, ioctl(b.fd, VHOST_BLK_SET_WRITEBACK, &wb));
 		}
