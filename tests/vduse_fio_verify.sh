@@ -70,8 +70,8 @@ else
 	before=$(workers "$bridge")
 	echo "# vhost workers of the bridge ($bridge), tid and CPU ticks:" $before
 	fio --name=verify --filename=/dev/$vd --direct=1 --ioengine=io_uring \
-		--rw=randwrite --bs=4k --size=32M --iodepth=16 --numjobs=2 \
-		--offset_increment=32M --verify=crc32c --verify_fatal=1 \
+		--rw=randwrite --bs=4k --size=16M --iodepth=16 --numjobs=2 \
+		--offset_increment=16M --verify=crc32c --verify_fatal=1 \
 		--group_reporting 2>&1 | sed 's/^/# /'
 	rc=${PIPESTATUS[0]}
 	after=$(workers "$bridge")
