@@ -102,21 +102,23 @@ trap restore EXIT
 # once.  A test binary's own process (timeout's child) stays unmarked and
 # its forked cases are marked: marked, the binary passed the mark to
 # every case from its fork on, and nearly all failed in their set-up.
-# After a wrap of the pid counter new processes would go unmarked: fewer
-# faults, never a wrong one; a run makes a few thousand of pid_max's
-# 32768.  A FIFO nobody writes to paces the loop, ten passes a second: at
+# A pid at or below the highest seen that was not there in the pass
+# before (their count grew) means the pid counter wrapped (a debug VM's
+# pid_max is 32768, and QEMU's qtests before this script took the rest):
+# all pids are read again.  A FIFO nobody writes to paces the loop, ten passes a second: at
 # fifty, it took half a vCPU of the debug VM (73 of 144 s on 6.1).
 mark_loop() {
-	local d p c pc sfd last=0 top
+	local d p c pc sfd last=0 top low prev=0 all
 	local -a f
 
 	mkfifo "$tmp/pace" && exec {sfd}<>"$tmp/pace" || return
 	while :; do
-		top=0
+		top=0 low=0 all=0
 		for d in /proc/[0-9]*; do
 			p=${d#/proc/}
+			all=$((all + 1))
 			((p > top)) && top=$p
-			((p > last)) || continue
+			((p > last)) || { low=$((low + 1)); continue; }
 			c=
 			read -r c 2>/dev/null <"$d/comm"
 			[[ $c =~ $marked ]] || continue
@@ -130,7 +132,12 @@ mark_loop() {
 			fi
 			echo 1 2>/dev/null >"$d/make-it-fail"
 		done
-		((top > last)) && last=$top
+		if ((low > prev)); then
+			last=0 prev=0
+		else
+			((top > last)) && last=$top
+			prev=$all
+		fi
 		read -r -t 0.1 -u "$sfd"
 	done
 }
