@@ -105,10 +105,11 @@ trap restore EXIT
 # A pid at or below the highest seen that was not there in the pass
 # before (their count grew) means the pid counter wrapped (a debug VM's
 # pid_max is 32768, and QEMU's qtests before this script took the rest):
-# all pids are read again.  A FIFO nobody writes to paces the loop, ten passes a second: at
-# fifty, it took half a vCPU of the debug VM (73 of 144 s on 6.1).
+# all pids are read again.  A FIFO nobody writes to paces the loop, ten
+# passes a second: at fifty, it took half a vCPU of the debug VM (73 of
+# 144 s on 6.1).
 mark_loop() {
-	local d p c pc sfd last=0 top low prev=0 all
+	local d p c st pc sfd last=0 top low prev=0 all
 	local -a f
 
 	mkfifo "$tmp/pace" && exec {sfd}<>"$tmp/pace" || return
@@ -124,8 +125,8 @@ mark_loop() {
 			[[ $c =~ $marked ]] || continue
 			if [[ $c != vhost-* ]]; then
 				# Field 4, the parent: 2nd after the comm.
-				read -r c 2>/dev/null <"$d/stat" || continue
-				read -ra f <<<"${c##*) }"
+				read -r st 2>/dev/null <"$d/stat" || continue
+				read -ra f <<<"${st##*) }"
 				pc=
 				read -r pc 2>/dev/null <"/proc/${f[1]}/comm"
 				[ "$pc" = timeout ] && continue
