@@ -751,6 +751,28 @@ wait_console() {
 	return 1
 }
 
+# A guest that never finished: where each of QEMU's threads (its vhost
+# workers among them, on 7.3) waits in this kernel, and this kernel's
+# last words.  Read only after the guest's time is up.
+hang_report() {
+	local t c
+	for t in /proc/"$qpid"/task/[0-9]*; do
+		read -r c 2>/dev/null <"$t/comm" || continue
+		echo "# hang: thread ${t##*/} $c, state $(grep -m1 '^State:' "$t/status" 2>/dev/null)"
+		sed 's/^/# hang:   /' "$t/stack" 2>/dev/null
+	done
+	for t in /proc/[0-9]*; do
+		read -r c 2>/dev/null <"$t/comm" || continue
+		case $c in
+		vhost-"$qpid"*)
+			echo "# hang: kthread ${t##*/} $c"
+			sed 's/^/# hang:   /' "$t/stack" 2>/dev/null
+			;;
+		esac
+	done
+	dmesg | tail -n 20 | sed 's/^/# hang: dmesg: /'
+}
+
 boot() {
 	local name=$1 mode=$2 hook=$3 log=$logs/$1.log hooked=0 i m l
 	local end=$((SECONDS + 1200)) done hook_seen
@@ -785,6 +807,7 @@ boot() {
 	grep -q "^VMQT: done" "$log" || {
 		echo "# $name: the guest did not finish; the end of its console:"
 		tail -n 25 "$log" | tr -d '\r' | sed 's/^/# console: /'
+		hang_report
 	}
 	# QEMU gone before it was told to go: say how (128 + a signal).
 	if ! kill -0 $qpid 2>/dev/null; then

@@ -2272,9 +2272,19 @@ static int vhost_blk_set_features(struct vhost_blk *blk, u64 features)
 		if (ret)
 			goto out;
 	}
-	/* Keep the IOTLB, and what it caches, over feature renegotiation. */
+	/*
+	 * A detached device is being started (again): begin with an empty
+	 * IOTLB, as vhost-net does at every SET_FEATURES.  A VMM forwards
+	 * the guest's IOMMU invalidations only while it runs the device
+	 * (QEMU stops in vhost_dev_stop()), so entries from an earlier start
+	 * may be stale, and a guest driver rebound since reuses the IOVAs of
+	 * its old rings and buffers.  A device with a backend keeps its
+	 * IOTLB over renegotiation (dirty logging switched for migration):
+	 * the VMM has kept it up to date.
+	 */
 	if ((features & (1ULL << VIRTIO_F_ACCESS_PLATFORM)) &&
-	    !blk->dev.iotlb && vhost_init_device_iotlb(&blk->dev)) {
+	    (!blk->dev.iotlb || !blk->backend) &&
+	    vhost_init_device_iotlb(&blk->dev)) {
 		ret = -EFAULT;
 		goto out_resume;
 	}

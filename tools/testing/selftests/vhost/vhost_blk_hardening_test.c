@@ -3187,6 +3187,55 @@ TEST_F_TIMEOUT(hard, detach_never_waits_for_a_miss, 60)
 	EXPECT_EQ(0, answered) TH_LOG("the VMM would have hung: another thread answered");
 }
 
+/*
+ * 5. A restart begins with an empty IOTLB.  A VMM forwards the guest's
+ * IOMMU invalidations only while it runs the device (QEMU stops in
+ * vhost_dev_stop()), and a guest driver rebound meanwhile reuses the IOVAs
+ * of its old rings: entries from before the detach may be stale.  Here the
+ * VMM maps every page, serves a READ, detaches, sets the features again
+ * and maps only the used ring (what QEMU sends before it attaches): the
+ * READ after the reattach must make the device ask for its other pages.
+ * Before the fix it was served through the entries of the first start
+ * (a nested guest's rebind behind intel-iommu hung on it).
+ */
+TEST_F_TIMEOUT(hard, restart_forgets_stale_translations, 60)
+{
+	struct ctx *c = &self->c;
+	uint64_t features = V1 | PLATFORM;
+	struct vmm_vq *vq;
+	uint64_t used, end;
+	void *buf;
+	int answered;
+
+	c->be = tmpfs_file(c, 1 << 20);
+	if (c->be == -ENOTSUP)
+		SKIP(return, "cannot mount tmpfs");
+	ASSERT_LE(0, c->be);
+	ASSERT_EQ(0, blk_open(c, 1, 64, features, 2 << 20));
+	ASSERT_EQ(0, iotlb_map_pages(c));
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	buf = vmm_alloc(&c->b.vmm, 4096, 4096);
+	ASSERT_NE(NULL, buf);
+	ASSERT_EQ(VIRTIO_BLK_S_OK, vmm_blk_do(&c->b, 0, VIRTIO_BLK_T_IN, 0, buf, 4096));
+
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, -1));
+	ASSERT_EQ(0, ioctl(c->b.fd, VHOST_SET_FEATURES, &features));
+	vq = &c->b.vq[0];
+	used = vmm_gpa(&c->b.vmm, vq->vr.used) & ~4095ULL;
+	end = vmm_gpa(&c->b.vmm, &vq->vr.used->ring[vq->vr.num]) + 2;
+	for (; used < end; used += 4096)
+		ASSERT_EQ(0, iotlb_msg(c->b.fd, VHOST_IOTLB_UPDATE, used, 4096,
+				       (char *)c->b.vmm.mem + (used - c->b.vmm.gpa_base)));
+	ASSERT_EQ(0, vmm_blk_rearm(&c->b, 0));
+	ASSERT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+	ASSERT_LE(0, vmm_blk_post(&c->b, 0, VIRTIO_BLK_T_IN, 0, buf, 4096, 1, false, NULL));
+	vmm_vq_kick(vq);
+	answered = answer_misses(c, 10000, true);
+	EXPECT_LT(0, answered)
+		TH_LOG("the READ was served through the translations of the first start");
+	EXPECT_EQ(VIRTIO_BLK_S_OK, vmm_blk_reap(&c->b, 0, NULL, NULL, 1000));
+}
+
 /* What the owner waits in for a READ in flight, in killed_in_drain(). */
 enum drain_op { IN_SET_MEM_TABLE, IN_SET_BACKEND, IN_RESET_OWNER, IN_LOG_ALL };
 
