@@ -2273,17 +2273,18 @@ static int vhost_blk_set_features(struct vhost_blk *blk, u64 features)
 			goto out;
 	}
 	/*
-	 * A detached device is being started (again): begin with an empty
-	 * IOTLB, as vhost-net does at every SET_FEATURES.  A VMM forwards
-	 * the guest's IOMMU invalidations only while it runs the device
-	 * (QEMU stops in vhost_dev_stop()), so entries from an earlier start
-	 * may be stale, and a guest driver rebound since reuses the IOVAs of
-	 * its old rings and buffers.  A device with a backend keeps its
-	 * IOTLB over renegotiation (dirty logging switched for migration):
-	 * the VMM has kept it up to date.
+	 * A detached device is being started (again), or translation is
+	 * switched on: begin with an empty IOTLB, as vhost-net does at every
+	 * SET_FEATURES.  A VMM forwards the guest's IOMMU invalidations only
+	 * while it runs the device (QEMU stops in vhost_dev_stop()), so
+	 * entries from an earlier start may be stale, and a guest driver
+	 * rebound since reuses the IOVAs of its old rings and buffers.  A
+	 * device with a backend keeps its IOTLB over renegotiation (dirty
+	 * logging switched for migration): the VMM has kept it up to date.
 	 */
 	if ((features & (1ULL << VIRTIO_F_ACCESS_PLATFORM)) &&
-	    (!blk->dev.iotlb || !blk->backend) &&
+	    (!blk->dev.iotlb || !blk->backend ||
+	     !vhost_has_feature(&blk->vqs[0].vq, VIRTIO_F_ACCESS_PLATFORM)) &&
 	    vhost_init_device_iotlb(&blk->dev)) {
 		ret = -EFAULT;
 		goto out_resume;
