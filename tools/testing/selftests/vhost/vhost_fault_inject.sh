@@ -105,15 +105,23 @@ trap restore EXIT
 # A pid at or below the highest seen that was not there in the pass
 # before (their count grew) means the pid counter wrapped (a debug VM's
 # pid_max is 32768, and QEMU's qtests before this script took the rest):
-# all pids are read again.  A FIFO nobody writes to paces the loop, ten
-# passes a second: at fifty, it took half a vCPU of the debug VM (73 of
-# 144 s on 6.1).
+# all pids are read again.  A pass whose /proc/loadavg names the same
+# last pid as the pass before (read before that pass's walk) has nothing
+# new to read and skips the walk: the walk is what costs.  A FIFO nobody
+# writes to paces the loop, ten passes a second: at fifty, it took half a
+# vCPU of the debug VM (73 of 144 s on 6.1).
 mark_loop() {
-	local d p c st pc sfd last=0 top low prev=0 all
+	local d p c st pc sfd last=0 top low prev=0 all lp seen=
 	local -a f
 
 	mkfifo "$tmp/pace" && exec {sfd}<>"$tmp/pace" || return
 	while :; do
+		read -r _ _ _ _ lp </proc/loadavg
+		if [ "$lp" = "$seen" ]; then
+			read -r -t 0.1 -u "$sfd"
+			continue
+		fi
+		seen=$lp
 		top=0 low=0 all=0
 		for d in /proc/[0-9]*; do
 			p=${d#/proc/}
