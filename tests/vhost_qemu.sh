@@ -12,13 +12,12 @@
 #   VHOST_QEMU_FW      firmware directories for -L, colon separated
 #                      (default /usr/share/qemu:/usr/share/seabios)
 #   VHOST_QEMU_FIO     the guest's fio (default this machine's)
-#   VHOST_QEMU_BASH    the guest's bash (default bash-static where
-#                      installed, else this machine's bash)
 #
-# The guest runs from an initramfs made here: busybox, bash and fio (with
-# the libraries they load, unless static), and this script.  Static ones
-# keep it small: with Debian's fio and its libraries it is 84 MB, which
-# QEMU loads and the guest unpacks at every boot under double TCG.  vhost_blk.worker_pool
+# The guest runs from an initramfs made here: a static busybox (its shell
+# runs this script's guest part), fio (with the libraries it loads, unless
+# static), and this script.  Static ones keep it small: with Debian's fio
+# and its libraries it is 84 MB, which QEMU loads and the guest unpacks at
+# every boot under double TCG.  vhost_blk.worker_pool
 # is set for each boot (below) and restored at the end.
 #
 #   vhost_qemu.sh [GROUP...]   GROUP: backends, viommu, mq, migrate, net
@@ -149,9 +148,13 @@ set -u
 me=$(readlink -f "$0")
 
 # --- Inside the guest: vhost_qemu.sh --guest MODE -----------------------
+# busybox's sh runs this part (the guest has no bash): POSIX sh and the
+# few extensions ash has (local, ${var:offset:length}).
 if [ "${1:-}" = --guest ]; then
 	mode=$2
 	say() { echo "VMQT: $*"; }
+	# Whole seconds of guest time, which stands still while stopped.
+	uptime_s() { cut -d. -f1 /proc/uptime; }
 	say "info up $(cut -d' ' -f1 /proc/uptime) s at the start of $mode"
 	vd=/dev/vda
 	if [ "$mode" != net ]; then
@@ -347,10 +350,9 @@ if [ "${1:-}" = --guest ]; then
 		# (on_mark_stopcont): the same 4 MiB writes, so that requests
 		# complete at a stop with their used ring's translation
 		# evicted.  None may be lost: every fio run ends and verifies.
-		# SECONDS is guest time, which stands still while stopped.
 		say "mark stopcont"
-		res=ok runs=0 end=$((SECONDS + 40))
-		while [ $SECONDS -lt $end ]; do
+		res=ok runs=0 end=$(($(uptime_s) + 40))
+		while [ "$(uptime_s)" -lt $end ]; do
 			if ! timeout -s KILL 300 fio --name=sc --filename=$vd --direct=1 \
 				--ioengine=libaio --iodepth=4 --rw=write --bs=4M --size=16M \
 				--offset=32M --verify=crc32c --verify_fatal=1 >/tmp/fio.log 2>&1; then
@@ -575,8 +577,7 @@ if want backends || want viommu || want mq; then
 fi
 bb=$(command -v busybox) || skipall "busybox not installed (the guest's init)"
 gfio=${VHOST_QEMU_FIO:-$(command -v fio)} || skipall "fio not installed"
-gbash=${VHOST_QEMU_BASH:-$(command -v bash-static || command -v bash)}
-[ -x "$gfio" ] && [ -x "$gbash" ] || skipall "no fio ($gfio) or bash ($gbash) for the guest"
+[ -x "$gfio" ] || skipall "no fio ($gfio) for the guest"
 if want net; then
 	[ -e /dev/vhost-net ] || skipall "/dev/vhost-net missing (CONFIG_VHOST_NET)"
 	[ -e /dev/net/tun ] || skipall "/dev/net/tun missing (CONFIG_TUN)"
@@ -606,37 +607,47 @@ set_pool() { [ -n "$pool_saved" ] && echo "$1" >$pool; }
 logs=${VHOST_QEMU_LOGDIR:-$work}
 
 # The guest's initramfs, self-contained (this machine's root over nested
-# 9p made every program start take minutes): busybox, bash and fio with
-# the libraries they load, this script, and an init that runs
-# "vhost_qemu.sh --guest MODE", MODE from vmqt.mode= on its command line.
+# 9p made every program start take minutes): busybox with a link for each
+# of its applets, fio with the libraries it loads, this script, and an
+# init that runs "sh vhost_qemu.sh --guest MODE", MODE from vmqt.mode= on
+# its command line.  The guest part is busybox's sh, not bash: bash took
+# about 5 s to start in the nested guest, the links made at every boot
+# (busybox --install) 1.5 s.
 # One for every group a machine runs (kselftest runs each group on its
 # own): kept in /run under the names of its inputs, and made again when
 # one of them is newer than it.
 initrd=/run/vhost_qemu.initrd.cpio
-ikey="$bb $gbash $gfio $me"
+ikey="$bb $gfio $me"
 read -r key 2>/dev/null <"$initrd.key" || key=
 if [ -s "$initrd" ] && [ "$key" = "$ikey" ] && ! [ "$bb" -nt "$initrd" ] &&
-   ! [ "$gbash" -nt "$initrd" ] && ! [ "$gfio" -nt "$initrd" ] &&
-   ! [ "$me" -nt "$initrd" ]; then
+   ! [ "$gfio" -nt "$initrd" ] && ! [ "$me" -nt "$initrd" ]; then
 	echo "# the guest's initramfs from an earlier group: $initrd"
 else
 rm -f "$initrd" "$initrd.key"
 ird=$work/initrd
 mkdir -p "$ird/bin" "$ird/"{dev,proc,sys,tmp}
-cp "$bb" "$ird/bin/busybox"
-ln -s busybox "$ird/bin/sh"
-cp "$gbash" "$ird/bin/bash" && cp "$gfio" "$ird/bin/fio" ||
-	skipall "cannot copy bash and fio"
-# Their libraries in one cp: a process costs up to a second in a debug
-# kernel under TCG, and one per library (fio has 64) took a minute.
-mapfile -t libs < <(ldd "$gbash" "$gfio" 2>/dev/null |
+cp "$bb" "$ird/bin/busybox" && cp "$gfio" "$ird/bin/fio" ||
+	skipall "cannot copy busybox and fio"
+# It runs alone in the guest: ldd fails on a static program.
+! ldd "$bb" >/dev/null 2>&1 || skipall "$bb is not static (busybox-static)"
+mapfile -t applets < <("$bb" --list)
+[ ${#applets[@]} -gt 100 ] || skipall "$bb --list names no applets"
+# A link for each in one process, not an ln each: about 270 of them.
+python3 -c 'import os, sys
+for a in sys.argv[2:]:
+    if a != "busybox":
+        os.symlink("busybox", os.path.join(sys.argv[1], a))' "$ird/bin" "${applets[@]}" ||
+	skipall "cannot link busybox's applets"
+# fio's libraries in one cp: a process costs up to a second in a debug
+# kernel under TCG, and one per library (Debian's fio has 64) took a
+# minute.
+mapfile -t libs < <(ldd "$gfio" 2>/dev/null |
 		    awk '/=> \// { print $3 } /^\t\// { print $1 }' | sort -u)
 [ ${#libs[@]} = 0 ] || cp -L --parents "${libs[@]}" "$ird" ||
-	skipall "cannot copy the libraries of bash and fio"
+	skipall "cannot copy the libraries of fio"
 cp "$me" "$ird/vhost_qemu.sh"
 cat >"$ird/init" <<'EOF'
 #!/bin/sh
-/bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc none /proc
 mount -t devtmpfs none /dev
@@ -645,7 +656,7 @@ mount -t tmpfs none /tmp
 for a in $(cat /proc/cmdline); do
 	case "$a" in vmqt.mode=*) mode=${a#vmqt.mode=} ;; esac
 done
-bash /vhost_qemu.sh --guest "$mode"
+sh /vhost_qemu.sh --guest "$mode"
 echo "VMQT: done"
 exec sleep 3600
 EOF
