@@ -2058,7 +2058,9 @@ static int vhost_blk_quiesce(struct vhost_blk *blk)
 /*
  * Whether @file can back a device: a block device or a regular file, open
  * for reading, with iter I/O in each direction it is open for, O_DIRECT
- * only where supported, not O_APPEND.
+ * only where supported, not O_APPEND; -EOPNOTSUPP for a zoned block
+ * device, which takes writes only at each zone's write pointer while the
+ * device serves none of virtio-blk's zoned requests.
  */
 static int vhost_blk_check_backend(struct file *file)
 {
@@ -2066,6 +2068,8 @@ static int vhost_blk_check_backend(struct file *file)
 
 	if (!S_ISBLK(mode) && !S_ISREG(mode))
 		return -EINVAL;
+	if (S_ISBLK(mode) && bdev_is_zoned(I_BDEV(file->f_mapping->host)))
+		return -EOPNOTSUPP;
 	if (!(file->f_mode & FMODE_READ))
 		return -EBADF;
 	if (!(file->f_mode & FMODE_CAN_READ) || !file->f_op->read_iter)

@@ -144,6 +144,7 @@ struct ctx {
 	bool slow_cache;	/* a write cache: FLUSH reaches the device */
 	bool slow_nodiscard;	/* no discard (null_blk.discard=1 is the default) */
 	bool slow_buffered;	/* the backend through the page cache */
+	bool slow_zoned;	/* host-managed, 4 MiB zones */
 	bool slow;
 	char slow_name[32];	/* its name in /dev and /sys/block */
 	/* ext4 on a loop device */
@@ -355,6 +356,8 @@ static int slow_nullb_create(struct ctx *c)
 		{ "cache_size", c->slow_cache ? "16" : "0" },
 		/* Left alone otherwise: configfs devices take the module's. */
 		{ c->slow_nodiscard ? "discard" : NULL, "0" },
+		{ c->slow_zoned ? "zoned" : NULL, "1" },
+		{ c->slow_zoned ? "zone_size" : NULL, "4" },
 		{ "blocksize", "512" }, { "power", "1" },
 	};
 	char path[128], idx[16];
@@ -586,6 +589,35 @@ TEST_F_TIMEOUT(hard, append_only_backend_is_refused, 30)
 	c->be = open(TMPFS_FILE, O_RDWR);
 	ASSERT_LE(0, c->be);
 	EXPECT_EQ(0, vmm_blk_set_backend(&c->b, c->be));
+}
+
+/*
+ * 1e. A zoned block device is no backend: it takes writes only at each
+ * zone's write pointer, and the device serves none of virtio-blk's zoned
+ * requests, so a guest's first write out of order would fail.
+ */
+TEST_F_TIMEOUT(hard, zoned_backend_is_refused, 30)
+{
+	struct ctx *c = &self->c;
+	char path[64], model[32];
+	int r;
+
+	c->slow_zoned = true;
+	r = slow_nullb_create(c);
+	if (r)
+		SKIP(return, "no zoned configfs null_blk (CONFIG_BLK_DEV_ZONED): %s",
+		     strerror(-r));
+	/* What makes this test mean anything: the device is zoned. */
+	snprintf(path, sizeof(path), "/sys/block/%s/queue/zoned", c->slow_name);
+	ASSERT_EQ(0, read_str(path, model, sizeof(model)));
+	ASSERT_STREQ("host-managed", model);
+	ASSERT_EQ(0, blk_open(c, 1, 64, V1, 1 << 20));
+	r = vmm_blk_set_backend(&c->b, c->be);
+	if (!r)
+		vmm_blk_set_backend(&c->b, -1);
+	EXPECT_EQ(-EOPNOTSUPP, r)
+		TH_LOG("a host-managed zoned null_blk: %s",
+		       r ? strerror(-r) : "accepted as a backend");
 }
 
 /* 1c. O_APPEND set after SET_BACKEND: write-type requests fail, touch nothing. */
